@@ -1,0 +1,1 @@
+"""lnorm: Layer Normalization (Ba, Kiros, Hinton 2016) in JAX/Flax."""

@@ -1,0 +1,227 @@
+"""Normalization primitives as plain JAX functions: they jit, vmap and grad.
+
+Numerics shared by every function in this file:
+
+* Statistics are computed in ``stat_dtype(x.dtype)``: float32 for float16,
+  bfloat16 and float32 inputs, float64 for float64 inputs. The output has the
+  input's dtype.
+* Mean and variance use a *shifted two-pass* formulation. With K one element of
+  each group (made a constant for autodiff),
+
+      d = x - K                     (exact when x is near K: Sterbenz's lemma)
+      x_c = d - mean(d)
+      var = mean(x_c ** 2)
+
+  The centred values x_c are never formed as ``x - mean(x)``: a float32 mean
+  of 1e4 carries a rounding error of ~5e-4, which is already 0.5% of a spread
+  of 0.1. ``E[x^2] - E[x]^2`` is far worse (catastrophic cancellation).
+* ``eps`` is added to the variance: ``x_hat = x_c / sqrt(var + eps)``. A constant
+  group has x_c = 0, so its output is the bias: finite for every eps > 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+Axes = int | Sequence[int]
+Array = jax.Array
+
+
+def stat_dtype(dtype) -> jnp.dtype:
+  """float32 for half precision and float32, float64 for float64."""
+  return jnp.promote_types(dtype, jnp.float32)
+
+
+def _axes(axis: Axes, ndim: int) -> tuple[int, ...]:
+  axes = (axis,) if isinstance(axis, int) else tuple(axis)
+  if not axes:
+    raise ValueError("axis must name at least one axis")
+  out = []
+  for a in axes:
+    if not -ndim <= a < ndim:
+      raise ValueError(f"axis {a} is out of range for an array of rank {ndim}")
+    out.append(a % ndim)
+  if len(set(out)) != len(out):
+    raise ValueError(f"axis {axis} repeats an axis")
+  return tuple(sorted(out))
+
+
+def _broadcast_param(p: Array, shape: tuple[int, ...], axes: tuple[int, ...],
+                     dtype, name: str) -> Array:
+  """Reshapes a parameter of shape ``shape[axes]`` to broadcast against ``shape``."""
+  want = tuple(shape[a] for a in axes)
+  p = jnp.asarray(p)
+  if p.shape != want:
+    raise ValueError(f"{name} has shape {p.shape}; expected {want} "
+                     f"(the sizes of axes {axes} of an input of shape {shape})")
+  bshape = tuple(shape[i] if i in axes else 1 for i in range(len(shape)))
+  return p.reshape(bshape).astype(dtype)
+
+
+def _first(x: Array, axes: tuple[int, ...]) -> Array:
+  """Element 0 along ``axes``, keeping dims: the shift K."""
+  idx = tuple(slice(0, 1) if i in axes else slice(None) for i in range(x.ndim))
+  return lax.stop_gradient(x[idx])
+
+
+def _pmean(x: Array, axis_name: str | None) -> Array:
+  return x if axis_name is None else lax.pmean(x, axis_name)
+
+
+def centered_moments(x: Array, axis: Axes, *, axis_name: str | None = None
+                     ) -> tuple[Array, Array, Array]:
+  """Shifted two-pass statistics over ``axis`` (keepdims), in ``stat_dtype``.
+
+  Returns ``(x_c, mean, var)`` with ``x_c = x - mean`` computed without
+  rounding ``mean`` first, and the biased variance ``var = mean(x_c**2)``.
+  With ``axis_name`` the statistics are averaged over that mapped axis
+  (equal-sized shards), so ``mean`` and ``var`` are those of the whole batch.
+  """
+  axes = _axes(axis, x.ndim)
+  xf = x.astype(stat_dtype(x.dtype))
+  shift = _pmean(_first(xf, axes), axis_name)
+  d = xf - shift
+  mean_d = _pmean(jnp.mean(d, axes, keepdims=True), axis_name)
+  x_c = d - mean_d
+  var = _pmean(jnp.mean(jnp.square(x_c), axes, keepdims=True), axis_name)
+  return x_c, shift + mean_d, var
+
+
+def _standardize_fwd(x: Array, axes: tuple[int, ...], eps: float
+                     ) -> tuple[Array, Array]:
+  x_c, _, var = centered_moments(x, axes)
+  rstd = lax.rsqrt(var + eps)
+  return x_c * rstd, rstd
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _standardize(x: Array, axes: tuple[int, ...], eps: float) -> Array:
+  return _standardize_fwd(x, axes, eps)[0]
+
+
+@_standardize.defjvp
+def _standardize_jvp(axes, eps, primals, tangents):
+  # d x_hat = rstd * (dx - mean(dx) - x_hat * mean(x_hat * dx)), exact for any
+  # eps. The operator is symmetric, so its transpose (the VJP JAX derives from
+  # it) is the same three-term formula: two reductions instead of the chain of
+  # the forward pass.
+  (x,), (t,) = primals, tangents
+  x_hat, rstd = _standardize_fwd(x, axes, eps)
+  t = t.astype(x_hat.dtype)
+  t_mean = jnp.mean(t, axes, keepdims=True)
+  proj = jnp.mean(x_hat * t, axes, keepdims=True)
+  return x_hat, rstd * (t - t_mean - x_hat * proj)
+
+
+def _affine(y: Array, gain: Array | None, bias: Array | None,
+            axes: tuple[int, ...]) -> Array:
+  if gain is not None:
+    y = y * _broadcast_param(gain, y.shape, axes, y.dtype, "gain")
+  if bias is not None:
+    y = y + _broadcast_param(bias, y.shape, axes, y.dtype, "bias")
+  return y
+
+
+def layer_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
+               *, axis: Axes = -1, eps: float = 1e-5) -> Array:
+  r"""Layer normalization (Ba et al. 2016, eqs. 3-4 and 15-16).
+
+  Over the H features of each example (the axes in ``axis``)::
+
+      mu = 1/H sum_i a_i            sigma = sqrt(1/H sum_i (a_i - mu)^2 + eps)
+      y  = gain * (a - mu) / sigma + bias
+
+  ``gain`` and ``bias`` have the shape of the normalized axes. The JVP (and
+  so the VJP) is analytic: ``d x_hat = (dx - mean(dx) - x_hat mean(x_hat dx))
+  / sigma``.
+  """
+  axes = _axes(axis, jnp.ndim(x))
+  x = jnp.asarray(x)
+  y = _affine(_standardize(x, axes, float(eps)), gain, bias, axes)
+  return y.astype(x.dtype)
+
+
+def rms_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
+             *, axis: Axes = -1, eps: float = 1e-5) -> Array:
+  r"""RMS normalization (Zhang & Sennrich 2019): layer norm without re-centring.
+
+      rms = sqrt(1/H sum_i a_i^2 + eps)        y = gain * a / rms + bias
+
+  Beyond the paper. A sum of squares has no cancellation, so one pass is
+  accurate even when the mean dwarfs the spread.
+  """
+  x = jnp.asarray(x)
+  axes = _axes(axis, x.ndim)
+  xf = x.astype(stat_dtype(x.dtype))
+  ms = jnp.mean(jnp.square(xf), axes, keepdims=True)
+  y = _affine(xf * lax.rsqrt(ms + eps), gain, bias, axes)
+  return y.astype(x.dtype)
+
+
+def batch_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
+               *, mean: Array | None = None, var: Array | None = None,
+               axis: Axes = 0, eps: float = 1e-5, unbiased: bool = False,
+               axis_name: str | None = None) -> tuple[Array, tuple[Array, Array]]:
+  r"""Batch normalization (Ioffe & Szegedy 2015; paper eq. 2).
+
+  Statistics are taken over the *batch* axes in ``axis``; ``gain`` and
+  ``bias`` have the shape of the remaining (feature) axes::
+
+      mu = 1/N sum_n a_n      var = 1/N sum_n (a_n - mu)^2   (x N/(N-1) if unbiased)
+      y  = gain * (a - mu) / sqrt(var + eps) + bias
+
+  Training mode (``mean`` and ``var`` None) uses the statistics of this batch,
+  across the devices of ``axis_name`` if given. Evaluation mode uses the given
+  ``mean`` and ``var`` (running averages, keepdims shape or feature shape).
+
+  Returns ``(y, (mean, var))``: the statistics used, for running averages.
+  """
+  x = jnp.asarray(x)
+  axes = _axes(axis, x.ndim)
+  feat = tuple(i for i in range(x.ndim) if i not in axes)
+  dt = stat_dtype(x.dtype)
+  if (mean is None) != (var is None):
+    raise ValueError("batch_norm: give both mean and var (evaluation) or neither")
+  if mean is None:
+    n = math.prod(x.shape[a] for a in axes)
+    if axis_name is not None:
+      n *= lax.psum(1, axis_name)
+    x_c, mean, var = centered_moments(x, axes, axis_name=axis_name)
+    if unbiased:
+      if isinstance(n, int) and n < 2:
+        raise ValueError("batch_norm: unbiased variance needs at least 2 examples")
+      var = var * (n / (n - 1))
+  else:
+    keep = tuple(x.shape[i] if i in feat else 1 for i in range(x.ndim))
+    mean = jnp.asarray(mean, dt).reshape(keep)
+    var = jnp.asarray(var, dt).reshape(keep)
+    x_c = x.astype(dt) - mean
+  y = _affine(x_c * lax.rsqrt(var + eps), gain, bias, feat)
+  return y.astype(x.dtype), (mean, var)
+
+
+def weight_norm(w: Array, gain: Array | None = None, *, axis: Axes = 0,
+                eps: float = 1e-12) -> Array:
+  r"""Weight normalization (Salimans & Kingma 2016; paper eq. 6).
+
+  Each weight vector (the axes in ``axis``: the inputs of a (in, out) kernel)
+  is scaled to unit norm, then by its gain::
+
+      w' = gain * w / sqrt(sum_i w_i^2 + eps)
+
+  ``gain`` has the shape of the remaining axes.
+  """
+  w = jnp.asarray(w)
+  axes = _axes(axis, w.ndim)
+  wf = w.astype(stat_dtype(w.dtype))
+  v = wf * lax.rsqrt(jnp.sum(jnp.square(wf), axes, keepdims=True) + eps)
+  feat = tuple(i for i in range(w.ndim) if i not in axes)
+  if gain is not None:
+    v = v * _broadcast_param(gain, w.shape, feat, v.dtype, "gain")
+  return v.astype(w.dtype)
