@@ -1,0 +1,47 @@
+r"""Table 1 of the paper (section 5.1): invariance under weights and data re-scaling.
+
+Builds random layers with each normalization, applies the six transformations
+of Table 1, and measures the largest relative change of the normalized summed
+inputs (and, for the recurrent cells, of the hidden-state sequence).
+
+Command:
+  python -m experiments.main --config configs/invariance.py --workdir runs/table1
+Writes runs/table1/table1.md. Runtime: ~30 s on a 2-core CPU (paper preset),
+a few seconds on one GPU; `:cpu` and `:smoke` are smaller.
+
+Expected (the paper's Table 1; columns: weight matrix re-scaling, weight
+matrix re-centering, weight vector re-scaling, dataset re-scaling, dataset
+re-centering, single training case re-scaling):
+  Batch norm   Invariant No        Invariant Invariant Invariant No
+  Weight norm  Invariant No        Invariant No        No        No
+  Layer norm   Invariant Invariant No        Invariant No        Invariant
+"""
+
+import ml_collections
+
+
+def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.experiment = "invariance"   # the loop in experiments/invariance.py
+  c.norm = "all"                # rows to compute: all | batch | weight | layer | rms
+  c.seed = 0                    # PRNG seed for weights, data and transformations
+  c.batch_size = 64             # examples in each random dataset
+  c.num_epochs = 0              # unused: Table 1 needs no training
+  c.learning_rate = 0.0         # unused: Table 1 needs no training
+  c.data_dir = ""               # unused: the inputs are random
+  c.input_dim = 100             # inputs of the random layer
+  c.features = 50               # hidden units of the random layer
+  c.num_trials = 20             # random layers per cell; the largest change is kept
+  c.eps = 1e-5                  # normalization eps: invariance holds up to ~eps/var
+  c.tolerance = 1e-3            # relative change under which a cell reads Invariant
+  c.rnn_features = 32           # hidden units of the recurrent cells
+  c.rnn_steps = 20              # time steps of the recurrent check
+  if preset == "paper":
+    pass
+  elif preset == "cpu":
+    c.num_trials = 5
+  elif preset == "smoke":
+    c.num_trials, c.batch_size, c.rnn_steps = 2, 16, 5
+  else:
+    raise ValueError(f"unknown preset {preset!r}; choose paper, cpu or smoke")
+  return c

@@ -1,0 +1,33 @@
+"""Errors that end a run with a one-line message instead of a traceback."""
+
+
+class UserError(Exception):
+  """A mistake the user can fix: printed as one line, exit status 2."""
+  exit_code = 2
+
+
+class ConfigError(UserError):
+  """A config field with an invalid value."""
+
+
+class NonFiniteLossError(Exception):
+  """Training produced NaN or Inf; the last good checkpoint is kept."""
+  exit_code = 3
+
+
+def check(ok: bool, message: str) -> None:
+  if not ok:
+    raise ConfigError(message)
+
+
+def check_common(config, norms) -> None:
+  """The fields every experiment config has."""
+  check(config.norm in norms,
+        f"norm={config.norm!r} is not valid; choose one of: {', '.join(norms)}")
+  check(isinstance(config.seed, int), f"seed={config.seed!r} must be an integer")
+  check(config.batch_size >= 1,
+        f"batch_size={config.batch_size} is not valid; it must be at least 1")
+  check(config.num_epochs >= 0,
+        f"num_epochs={config.num_epochs} is not valid; it must be 0 or more")
+  check(config.learning_rate >= 0,
+        f"learning_rate={config.learning_rate} is not valid; it must be >= 0")

@@ -1,0 +1,197 @@
+"""Table 1 (section 5.1), measured: which transformations leave the normalized
+summed inputs ``h = gain * norm(x W) + bias`` unchanged."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from experiments import workdir as wdir
+from experiments.errors import check, check_common
+from lnorm import recurrent
+from lnorm.layers import NormDense
+
+Params = dict
+# Each transformation maps (kernel W [D, H], data x [B, D], rng) to new ones.
+Transform = Callable[[jax.Array, jax.Array, np.random.Generator],
+                     tuple[jax.Array, jax.Array]]
+
+
+def _scale(rng: np.random.Generator, size=None) -> np.ndarray:
+  # Log-uniform in [1/5, 5], away from 1 so a non-invariant change shows.
+  return np.exp(rng.choice([-1, 1], size) * rng.uniform(0.5, np.log(5), size))
+
+
+def _weight_matrix_rescale(w, x, rng):
+  return w * _scale(rng), x
+
+
+def _weight_matrix_recenter(w, x, rng):
+  # The same vector added to every unit's incoming weights: W + gamma 1^T.
+  return w + rng.normal(0, 0.3, (w.shape[0], 1)), x
+
+
+def _weight_vector_rescale(w, x, rng):
+  return w * _scale(rng, (1, w.shape[1])), x
+
+
+def _dataset_rescale(w, x, rng):
+  return w, x * _scale(rng)
+
+
+def _dataset_recenter(w, x, rng):
+  return w, x + rng.normal(0, 1, (1, x.shape[1]))
+
+
+def _single_case_rescale(w, x, rng):
+  n = rng.integers(x.shape[0])
+  return w, x.at[n].multiply(_scale(rng))
+
+
+COLUMNS: list[tuple[str, Transform]] = [
+    ("Weight matrix re-scaling", _weight_matrix_rescale),
+    ("Weight matrix re-centering", _weight_matrix_recenter),
+    ("Weight vector re-scaling", _weight_vector_rescale),
+    ("Dataset re-scaling", _dataset_rescale),
+    ("Dataset re-centering", _dataset_recenter),
+    ("Single training case re-scaling", _single_case_rescale),
+]
+ROWS = [("Batch norm", "batch"), ("Weight norm", "weight"), ("Layer norm", "layer"),
+        ("RMS norm", "rms")]
+# The paper's Table 1, to compare against (RMS norm is not in the paper).
+PAPER = {
+    "batch": ("Invariant", "No", "Invariant", "Invariant", "Invariant", "No"),
+    "weight": ("Invariant", "No", "Invariant", "No", "No", "No"),
+    "layer": ("Invariant", "Invariant", "No", "Invariant", "No", "Invariant"),
+}
+
+
+def relative_change(h: jax.Array, h2: jax.Array) -> float:
+  return float(jnp.max(jnp.abs(h2 - h)) / jnp.max(jnp.abs(h)))
+
+
+def feedforward_change(norm: str, transform: Transform, config, rng) -> float:
+  """Relative change of one random layer's normalized summed inputs."""
+  layer = NormDense(config.features, norm=norm, eps=config.eps)
+  x = jnp.asarray(rng.normal(rng.normal(0, 2), rng.uniform(0.5, 2),
+                             (config.batch_size, config.input_dim)), jnp.float32)
+  params = layer.init(jax.random.key(int(rng.integers(2**31))), x)["params"]
+  # Random gains and biases: the invariances must not rely on gain 1, bias 0.
+  params = {k: (v if k == "kernel" else
+                jnp.asarray(rng.uniform(0.5, 2.0, v.shape) if k == "gain"
+                            else rng.normal(0, 1, v.shape), jnp.float32))
+            for k, v in params.items()}
+
+  def h(p, x):  # Training mode: batch norm uses this dataset's statistics.
+    return layer.apply({"params": p, "batch_stats": stats}, x, train=True,
+                       mutable=["batch_stats"])[0]
+
+  stats = layer.init(jax.random.key(0), x).get("batch_stats", {})
+  w2, x2 = transform(params["kernel"], x, rng)
+  return relative_change(h(params, x), h({**params, "kernel": jnp.asarray(w2, jnp.float32)},
+                                         jnp.asarray(x2, jnp.float32)))
+
+
+def table(config) -> dict[str, list[float]]:
+  """Largest relative change over ``num_trials`` random layers, per cell."""
+  rng = np.random.default_rng(config.seed)
+  norms = [n for _, n in ROWS] if config.norm == "all" else [config.norm]
+  return {n: [max(feedforward_change(n, t, config, rng) for _ in range(config.num_trials))
+              for _, t in COLUMNS] for n in norms}
+
+
+def verdict(change: float, tolerance: float) -> str:
+  return "Invariant" if change < tolerance else "No"
+
+
+def to_markdown(changes: dict[str, list[float]], tolerance: float,
+                first_column: str = "") -> str:
+  names = dict((n, r) for r, n in ROWS)
+  lines = ["| " + first_column + " | " + " | ".join(c for c, _ in COLUMNS) + " |",
+           "|---" * (len(COLUMNS) + 1) + "|"]
+  for n, row in changes.items():
+    cells = [f"{verdict(c, tolerance)} ({c:.1e})" for c in row]
+    lines.append(f"| {names.get(n, n)} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:
+  check_common(config, ("all", *PAPER, "rms"))
+  check(config.num_trials >= 1, f"num_trials={config.num_trials} must be at least 1")
+  check(config.batch_size >= 2, "batch_size must be at least 2: batch norm needs a batch")
+  wd = wdir.prepare(workdir, config)
+  changes = table(config)
+  md = ("# Table 1: invariance of the normalized summed inputs\n\n"
+        f"Largest relative change max|h' - h| / max|h| over {config.num_trials} random "
+        f"layers ({config.input_dim} inputs, {config.features} units, batch "
+        f"{config.batch_size}, eps={config.eps}); `Invariant` below {config.tolerance}.\n\n"
+        + to_markdown(changes, config.tolerance))
+  agree = {n: tuple(verdict(c, config.tolerance) for c in changes[n]) == PAPER[n]
+           for n in changes if n in PAPER}
+  md += "\nSame as the paper's Table 1: " + ", ".join(
+      f"{dict((n, r) for r, n in ROWS)[n]} {'yes' if ok else 'NO'}"
+      for n, ok in agree.items()) + "\n"
+  rnn = recurrent_changes(config)
+  md += ("\n## Recurrent cells: change of the hidden-state sequence\n\n"
+         + rnn_markdown(rnn, config.tolerance))
+  wdir.write_atomic(wd / "table1.md", md)
+  writer = wdir.MetricsWriter(wd, resume_step=0)
+  writer.write(0, 0, {f"{n}/{c}": v for n, row in changes.items()
+                      for (c, _), v in zip(COLUMNS, row)}
+               | {f"{n}/{c}": v for n, row in rnn.items() for c, v in row.items()})
+  writer.close()
+  print(md)
+
+
+# Recurrent cells: re-scale or re-centre W_x or W_h as a whole.
+RNN_COLUMNS = ("W_x re-scaling", "W_x re-centering", "W_h re-scaling", "W_h re-centering")
+
+
+def recurrent_changes(config) -> dict[str, dict[str, float]]:
+  rng = np.random.default_rng(config.seed + 1)
+  out = {}
+  for name, cell_cls in recurrent.INVARIANCE_CELLS.items():
+    cell = cell_cls(features=config.rnn_features, eps=config.eps) \
+        if "eps" in cell_cls.__dataclass_fields__ else cell_cls(features=config.rnn_features)
+    out[name] = {c: max(_rnn_change(cell, c, config, rng)
+                        for _ in range(config.num_trials)) for c in RNN_COLUMNS}
+  return out
+
+
+def _rnn_change(cell: nn.Module, column: str, config, rng) -> float:
+  rnn = nn.RNN(cell)
+  x = jnp.asarray(rng.normal(0, 1, (config.batch_size, config.rnn_steps, config.input_dim)),
+                  jnp.float32)
+  params = rnn.init(jax.random.key(int(rng.integers(2**31))), x)
+  kernels = recurrent.input_and_recurrent_kernels(params)
+  path = kernels["W_x" if column.startswith("W_x") else "W_h"]
+  transform = _weight_matrix_rescale if "scaling" in column else _weight_matrix_recenter
+  w2, _ = transform(_get(params, path), x, rng)
+  params2 = _set(params, path, jnp.asarray(w2, jnp.float32))
+  return relative_change(rnn.apply(params, x), rnn.apply(params2, x))
+
+
+def _get(tree, path):
+  for k in path:
+    tree = tree[k]
+  return tree
+
+
+def _set(tree, path, value):
+  if not path:
+    return value
+  return {**tree, path[0]: _set(tree[path[0]], path[1:], value)}
+
+
+def rnn_markdown(changes: dict[str, dict[str, float]], tolerance: float) -> str:
+  lines = ["| cell | " + " | ".join(RNN_COLUMNS) + " |", "|---" * (len(RNN_COLUMNS) + 1) + "|"]
+  for name, row in changes.items():
+    lines.append(f"| {name} | " + " | ".join(
+        f"{verdict(row[c], tolerance)} ({row[c]:.1e})" for c in RNN_COLUMNS) + " |")
+  return "\n".join(lines) + "\n"

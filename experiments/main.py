@@ -1,0 +1,53 @@
+r"""Runs one experiment config.
+
+  python -m experiments.main --config configs/pi_mnist.py:cpu --workdir runs/pi_mnist \
+      --config.norm=layer
+
+The config's ``experiment`` field names the training loop (``experiments/<name>.py``),
+whose ``train_and_evaluate(config, workdir)`` does the work.
+"""
+
+import importlib
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from experiments.errors import NonFiniteLossError, UserError
+from experiments.overrides import check_argv
+from lnorm.data import DataError
+
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Directory for config.json, metrics.jsonl, TensorBoard "
+    "events and checkpoints; a rerun on it resumes.")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config: configs/<experiment>.py[:preset].",
+    lock_config=True)
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's parser, with every mistake in the flags as one line and exit 2."""
+  try:
+    check_argv(argv)
+    return flags.FLAGS(argv)
+  except (UserError, flags.Error) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
+  config = _CONFIG.value
+  try:
+    experiment = importlib.import_module(f"experiments.{config.experiment}")
+    experiment.train_and_evaluate(config, _WORKDIR.value)
+  except (UserError, DataError, NonFiniteLossError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(getattr(e, "exit_code", 1))
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=parse_flags)

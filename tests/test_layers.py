@@ -1,0 +1,77 @@
+"""NormDense and MLP against the paper's equations, written out in numpy."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lnorm.layers import MLP, NORMS, NormDense
+
+RNG = np.random.default_rng(1)
+
+
+def _params(norm, x):
+  layer = NormDense(5, norm=norm)
+  v = layer.init(jax.random.key(0), x)
+  p = {k: jnp.asarray(RNG.normal(1, 0.5, a.shape), jnp.float32) for k, a in v["params"].items()}
+  return layer, {**v, "params": p}
+
+
+def reference(norm, x, p):
+  x = np.asarray(x, np.float64)
+  w, b = np.asarray(p["kernel"], np.float64), np.asarray(p["bias"], np.float64)
+  g = np.asarray(p.get("gain", np.ones_like(b)), np.float64)
+  a = x @ w
+  if norm == "none":
+    return a + b
+  if norm == "weight":
+    return x @ (g * w / np.linalg.norm(w, axis=0)) + b
+  if norm == "layer":
+    mu, var = a.mean(1, keepdims=True), a.var(1, keepdims=True)
+  elif norm == "rms":
+    mu, var = 0, (a ** 2).mean(1, keepdims=True)
+  else:
+    mu, var = a.mean(0, keepdims=True), a.var(0, keepdims=True)
+  return g * (a - mu) / np.sqrt(var + 1e-5) + b
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_norm_dense_matches_equation_5(norm):
+  x = jnp.asarray(RNG.normal(size=(8, 7)), jnp.float32)
+  layer, v = _params(norm, x)
+  y = layer.apply(v, x, train=True, mutable=["batch_stats"])[0]
+  np.testing.assert_allclose(y, reference(norm, x, v["params"]), rtol=2e-4, atol=2e-4)
+
+
+def test_init_gains_one_biases_zero():
+  v = NormDense(4, norm="layer").init(jax.random.key(0), jnp.ones((2, 3)))["params"]
+  np.testing.assert_array_equal(v["gain"], 1)
+  np.testing.assert_array_equal(v["bias"], 0)
+
+
+def test_batch_norm_running_averages_and_eval_mode():
+  layer = NormDense(3, norm="batch", momentum=0.5)
+  x = jnp.asarray(RNG.normal(2, 3, size=(16, 4)), jnp.float32)
+  v = layer.init(jax.random.key(0), x)
+  np.testing.assert_array_equal(v["batch_stats"]["mean"], 0)   # init did not update
+  _, upd = layer.apply(v, x, train=True, mutable=["batch_stats"])
+  a = np.asarray(x @ v["params"]["kernel"], np.float64)
+  np.testing.assert_allclose(upd["batch_stats"]["mean"], 0.5 * a.mean(0), rtol=1e-5)
+  np.testing.assert_allclose(upd["batch_stats"]["var"], 0.5 + 0.5 * a.var(0), rtol=1e-5)
+  v2 = {**v, **upd}
+  y = layer.apply(v2, x[:1], train=False)   # evaluation works for one example
+  m, s = np.asarray(upd["batch_stats"]["mean"]), np.asarray(upd["batch_stats"]["var"])
+  np.testing.assert_allclose(y, (a[:1] - m) / np.sqrt(s + 1e-5), rtol=1e-4, atol=1e-5)
+
+
+def test_mlp_normalizes_output_only_when_asked():
+  x = jnp.asarray(RNG.normal(size=(4, 6)), jnp.float32)
+  ln = MLP(features=(8, 3), norm="layer").init(jax.random.key(0), x)["params"]
+  assert "gain" in ln["dense0"] and "gain" not in ln["dense1"]
+  bn = MLP(features=(8, 3), norm="batch", norm_output=True).init(jax.random.key(0), x)
+  assert "mean" in bn["batch_stats"]["dense1"]
+
+
+def test_unknown_norm_is_rejected():
+  with pytest.raises(ValueError, match="not one of"):
+    NormDense(3, norm="group").init(jax.random.key(0), jnp.ones((2, 2)))

@@ -1,0 +1,124 @@
+"""The experiment runner end to end: files written, resume, NaN stop, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from configs import pi_mnist as pi_mnist_config
+from experiments import pi_mnist
+from experiments.errors import NonFiniteLossError
+from lnorm.data import mnist
+from tests.tiny_data import write_dataset
+
+REPO = Path(__file__).resolve().parent.parent
+TIMING = ("wall_time", "epoch_time_s", "examples_per_sec")
+
+
+def run_cli(*args, env=None):
+  return subprocess.run([sys.executable, "-m", "experiments.main", *args], cwd=REPO,
+                        capture_output=True, text=True, env={**os.environ, **(env or {})},
+                        timeout=300)
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+  """A data_dir with 240 training and 40 test images, and a matching config."""
+  _, checksums = write_dataset(tmp_path / "data", num={"train": 240, "test": 40})
+  monkeypatch.setitem(mnist.MD5, "mnist", checksums)
+  c = pi_mnist_config.get_config("smoke")
+  c.data_dir, c.num_train, c.num_valid, c.hidden = str(tmp_path / "data"), 0, 40, (16, 8)
+  c.batch_size, c.num_epochs, c.eval_batch_size = 32, 2, 16
+  return c
+
+
+def metrics(wd):
+  return [json.loads(l) for l in (Path(wd) / "metrics.jsonl").read_text().splitlines()]
+
+
+def without_timing(records):
+  return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
+
+
+def test_workdir_contents_and_resume(tiny, tmp_path):
+  wd = tmp_path / "run"
+  pi_mnist.train_and_evaluate(tiny, str(wd))
+  record = json.loads((wd / "config.json").read_text())
+  assert record["config"]["norm"] == "layer" and record["config"]["hidden"] == [16, 8]
+  assert record["git_commit"] and record["versions"]["jax"] == jax.__version__
+  first = metrics(wd)
+  assert [r["epoch"] for r in first] == [1, 2] and [r["step"] for r in first] == [6, 12]
+  for key in ("train_nll", "valid_error", "test_error", "test_nll", "examples_per_sec"):
+    assert all(key in r for r in first)
+  assert sorted(p.name for p in (wd / "checkpoints").iterdir()) == ["12", "6"]
+  assert list((wd / "tensorboard").glob("events.out.tfevents.*"))
+
+  # A second call with more epochs resumes from step 12 and runs epoch 3 only,
+  # ending exactly where an uninterrupted 3-epoch run ends.
+  tiny.num_epochs = 3
+  state = pi_mnist.train_and_evaluate(tiny, str(wd))
+  assert int(state.step) == 18
+  assert without_timing(metrics(wd)[:2]) == without_timing(first)
+  fresh = pi_mnist.train_and_evaluate(tiny, str(tmp_path / "fresh"))
+  assert without_timing(metrics(wd)) == without_timing(metrics(tmp_path / "fresh"))
+  jax.tree.map(lambda a, b: None if jnp.array_equal(a, b) else pytest.fail("params differ"),
+               state.params, fresh.params)
+
+
+def test_resume_refuses_another_config(tiny, tmp_path):
+  pi_mnist.train_and_evaluate(tiny, str(tmp_path / "run"))
+  tiny.norm = "batch"
+  with pytest.raises(Exception, match="different config.*norm"):
+    pi_mnist.train_and_evaluate(tiny, str(tmp_path / "run"))
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny, tmp_path, monkeypatch):
+  wd = tmp_path / "run"
+  tiny.num_epochs = 1
+  pi_mnist.train_and_evaluate(tiny, str(wd))
+  monkeypatch.setattr(pi_mnist, "nll", lambda logits, y: jnp.full(y.shape, jnp.nan))
+  jax.clear_caches()  # The epoch step must be traced again with the broken loss.
+  tiny.num_epochs = 3
+  with pytest.raises(NonFiniteLossError, match="nan in epoch 2.*step 6"):
+    pi_mnist.train_and_evaluate(tiny, str(wd))
+  jax.clear_caches()
+  assert sorted(p.name for p in (wd / "checkpoints").iterdir()) == ["6"]
+  assert [r["epoch"] for r in metrics(wd)] == [1]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--config.norm=group", "norm='group' is not valid; choose one of: none, layer"),
+    ("--config.batch_size=0", "batch_size=0 is not valid"),
+    ("--config.nrom=layer", "unknown config field 'nrom' (did you mean 'norm'?); valid fields:"),
+    ("--config.batch_size=abc", "--config.batch_size=abc"),
+    ("--config.data_dir=/nonexistent", "/nonexistent/mnist/train-images-idx3-ubyte.gz not found"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, override, message):
+  wd = tmp_path / "run"
+  r = run_cli("--config=configs/pi_mnist.py:smoke", f"--workdir={wd}", override)
+  assert r.returncode != 0
+  assert r.stderr.strip().startswith("error: ") and message in r.stderr
+  assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+  assert not wd.exists()
+
+
+def test_bad_config_file_and_preset(tmp_path):
+  for spec, message in (("configs/nope.py", "not found"),
+                        ("configs/pi_mnist.py:gpu", "unknown preset 'gpu'")):
+    r = run_cli(f"--config={spec}", f"--workdir={tmp_path / 'run'}")
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_runs_table1(tmp_path):
+  wd = tmp_path / "table1"
+  r = run_cli("--config=configs/invariance.py:smoke", f"--workdir={wd}")
+  assert r.returncode == 0, r.stderr
+  assert "| Layer norm | Invariant" in r.stdout
+  assert (wd / "table1.md").read_text().startswith("# Table 1")
+  assert json.loads((wd / "config.json").read_text())["config"]["experiment"] == "invariance"
+  assert len(metrics(wd)) == 1
