@@ -36,6 +36,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.tolerance = 1e-3            # relative change under which a cell reads Invariant
   c.rnn_features = 32           # hidden units of the recurrent cells
   c.rnn_steps = 20              # time steps of the recurrent check
+  c.rnn_eps = (1e-5, 1e-10)     # eps values for the normalized cells' rows
   if preset == "paper":
     pass
   elif preset == "cpu":

@@ -3,7 +3,7 @@ summed inputs ``h = gain * norm(x W) + bias`` unchanged."""
 
 from __future__ import annotations
 
-import json
+import functools
 from typing import Callable
 
 import flax.linen as nn
@@ -78,24 +78,28 @@ def relative_change(h: jax.Array, h2: jax.Array) -> float:
 
 def feedforward_change(norm: str, transform: Transform, config, rng) -> float:
   """Relative change of one random layer's normalized summed inputs."""
-  layer = NormDense(config.features, norm=norm, eps=config.eps)
+  layer, init, h = _layer(norm, config.features, config.eps)
   x = jnp.asarray(rng.normal(rng.normal(0, 2), rng.uniform(0.5, 2),
                              (config.batch_size, config.input_dim)), jnp.float32)
-  params = layer.init(jax.random.key(int(rng.integers(2**31))), x)["params"]
+  v = init(jax.random.key(int(rng.integers(2**31))), x)
   # Random gains and biases: the invariances must not rely on gain 1, bias 0.
-  params = {k: (v if k == "kernel" else
-                jnp.asarray(rng.uniform(0.5, 2.0, v.shape) if k == "gain"
-                            else rng.normal(0, 1, v.shape), jnp.float32))
-            for k, v in params.items()}
-
-  def h(p, x):  # Training mode: batch norm uses this dataset's statistics.
-    return layer.apply({"params": p, "batch_stats": stats}, x, train=True,
-                       mutable=["batch_stats"])[0]
-
-  stats = layer.init(jax.random.key(0), x).get("batch_stats", {})
+  params = {k: (a if k == "kernel" else
+                jnp.asarray(rng.uniform(0.5, 2.0, a.shape) if k == "gain"
+                            else rng.normal(0, 1, a.shape), jnp.float32))
+            for k, a in v["params"].items()}
   w2, x2 = transform(params["kernel"], x, rng)
-  return relative_change(h(params, x), h({**params, "kernel": jnp.asarray(w2, jnp.float32)},
-                                         jnp.asarray(x2, jnp.float32)))
+  return relative_change(h({**v, "params": params}, x),
+                         h({**v, "params": {**params, "kernel": jnp.asarray(w2, jnp.float32)}},
+                           jnp.asarray(x2, jnp.float32)))
+
+
+@functools.cache
+def _layer(norm: str, features: int, eps: float):
+  """The layer and its jitted init and apply (training mode: batch norm uses
+  the statistics of the dataset it is given)."""
+  layer = NormDense(features, norm=norm, eps=eps)
+  apply = lambda v, x: layer.apply(v, x, train=True, mutable=["batch_stats"])[0]
+  return layer, jax.jit(layer.init), jax.jit(apply)
 
 
 def table(config) -> dict[str, list[float]]:
@@ -139,6 +143,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:
       for n, ok in agree.items()) + "\n"
   rnn = recurrent_changes(config)
   md += ("\n## Recurrent cells: change of the hidden-state sequence\n\n"
+         f"Largest relative change of h_1..h_{config.rnn_steps} ({config.rnn_features} "
+         f"units, zero initial state) when every input kernel (W_x) or recurrent kernel "
+         "(W_h) is re-scaled or re-centred as a whole. With h_0 = 0 the summed inputs "
+         "W_h h of the first steps have a tiny variance, so eps is not negligible there.\n\n"
          + rnn_markdown(rnn, config.tolerance))
   wdir.write_atomic(wd / "table1.md", md)
   writer = wdir.MetricsWriter(wd, resume_step=0)
@@ -153,40 +161,44 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:
 RNN_COLUMNS = ("W_x re-scaling", "W_x re-centering", "W_h re-scaling", "W_h re-centering")
 
 
+RNN_CELLS = {"LSTM": recurrent.LSTMCell, "LN-LSTM": recurrent.LNLSTMCell,
+             "GRU": recurrent.GRUCell, "LN-GRU": recurrent.LNGRUCell,
+             "LN-LSTM, LN on c only (DRAW)": recurrent.LayerNormCLSTMCell}
+
+
 def recurrent_changes(config) -> dict[str, dict[str, float]]:
+  """Rows per cell, and per eps in ``config.rnn_eps`` for the normalized ones."""
   rng = np.random.default_rng(config.seed + 1)
   out = {}
-  for name, cell_cls in recurrent.INVARIANCE_CELLS.items():
-    cell = cell_cls(features=config.rnn_features, eps=config.eps) \
-        if "eps" in cell_cls.__dataclass_fields__ else cell_cls(features=config.rnn_features)
-    out[name] = {c: max(_rnn_change(cell, c, config, rng)
-                        for _ in range(config.num_trials)) for c in RNN_COLUMNS}
+  for name, cell_cls in RNN_CELLS.items():
+    normalized = "eps" in cell_cls.__dataclass_fields__
+    for eps in (config.rnn_eps if normalized else (None,)):
+      cell = cell_cls(config.rnn_features, eps=eps) if normalized else \
+          cell_cls(config.rnn_features)
+      init, apply = _rnn(cell)
+      row = f"{name} (eps={eps:g})" if normalized else name
+      out[row] = {c: max(_rnn_change(init, apply, c, config, rng)
+                         for _ in range(config.num_trials)) for c in RNN_COLUMNS}
   return out
 
 
-def _rnn_change(cell: nn.Module, column: str, config, rng) -> float:
+def _rnn(cell: nn.Module):
   rnn = nn.RNN(cell)
+  return jax.jit(rnn.init), jax.jit(rnn.apply)
+
+
+def _rnn_change(init, apply, column: str, config, rng) -> float:
+  """Transforms every input (``kernel_x*``) or recurrent (``kernel_h*``) kernel."""
   x = jnp.asarray(rng.normal(0, 1, (config.batch_size, config.rnn_steps, config.input_dim)),
                   jnp.float32)
-  params = rnn.init(jax.random.key(int(rng.integers(2**31))), x)
-  kernels = recurrent.input_and_recurrent_kernels(params)
-  path = kernels["W_x" if column.startswith("W_x") else "W_h"]
+  params = init(jax.random.key(int(rng.integers(2**31))), x)["params"]["cell"]
+  prefix = "kernel_x" if column.startswith("W_x") else "kernel_h"
   transform = _weight_matrix_rescale if "scaling" in column else _weight_matrix_recenter
-  w2, _ = transform(_get(params, path), x, rng)
-  params2 = _set(params, path, jnp.asarray(w2, jnp.float32))
-  return relative_change(rnn.apply(params, x), rnn.apply(params2, x))
-
-
-def _get(tree, path):
-  for k in path:
-    tree = tree[k]
-  return tree
-
-
-def _set(tree, path, value):
-  if not path:
-    return value
-  return {**tree, path[0]: _set(tree[path[0]], path[1:], value)}
+  new = {k: (jnp.asarray(transform(v, x, rng)[0], jnp.float32) if k.startswith(prefix)
+             else v) for k, v in params.items()}
+  assert any(k.startswith(prefix) for k in new), f"no {prefix} parameter"
+  return relative_change(apply({"params": {"cell": params}}, x),
+                         apply({"params": {"cell": new}}, x))
 
 
 def rnn_markdown(changes: dict[str, dict[str, float]], tolerance: float) -> str:

@@ -1,0 +1,285 @@
+"""Times lnorm's layer_norm against flax.linen.LayerNorm and torch's layer_norm.
+
+Usage::
+
+    python -m scripts.bench_norm [--repeats N] [--shapes 128x1000,8x400,4096x1024]
+
+For each shape (a batch of rows, normalized over the last axis, float32, with
+a gain and a bias, eps=1e-5) it times, side by side in this one process:
+
+* forward: ``y = LN(x)``;
+* forward+backward: the gradients of ``sum(y * dy)`` (``dy`` a fixed random
+  cotangent) with respect to x, gain and bias, all three returned.
+
+JAX candidates are jitted as a whole and timed up to ``block_until_ready``;
+torch (if installed) runs the forward under ``torch.no_grad`` and the
+forward+backward with ``requires_grad`` on x, weight and bias and
+``y.backward(dy)``. Candidates are interleaved: each repeat takes one sample
+of every candidate, in a fresh random order, so a noisy neighbour slows them
+all alike. A sample
+is the mean of ``number`` back-to-back calls (``number`` calibrated so one
+sample lasts about ``--sample-ms``); the table reports the median sample
+(``--stat min``: the fastest), in microseconds per call, and the ratios
+ours/flax and ours/torch (below 1: ours is faster). Before timing, the outputs
+and gradients of ours and torch are checked against flax's.
+
+On a GPU the JAX candidates run on the default JAX device and torch on the
+CPU (a CPU build of torch, or tensors left on the CPU); the devices are
+printed. ``--torch-threads N`` sets torch's intra-op threads (on a loaded
+machine torch's default, one thread per core, can stall in its barriers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+import platform
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import flax
+import flax.linen as nn
+
+try:  # torch is optional
+  import torch
+  import torch.nn.functional as F
+except ImportError:  # pragma: no cover - depends on the environment
+  torch = None
+
+if __package__ in (None, ""):  # Run as `python scripts/bench_norm.py`.
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lnorm.normalization import layer_norm  # pylint: disable=wrong-import-position
+
+EPS = 1e-5
+DEFAULT_SHAPES = "128x1000,8x400,4096x1024"
+
+
+def parse_shapes(text: str) -> list[tuple[int, ...]]:
+  shapes = []
+  for item in text.split(","):
+    item = item.strip()
+    if item:
+      shapes.append(tuple(int(n) for n in item.lower().split("x")))
+  if not shapes:
+    raise argparse.ArgumentTypeError("no shapes given")
+  return shapes
+
+
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+# ----------------------------------------------------------------------------
+# Candidates. Each builder returns a zero-argument callable that runs one call
+# to completion (results ready), plus the device it runs on.
+
+
+def _block(tree):
+  return jax.block_until_ready(tree)
+
+
+def jax_candidates(x, g, b, dy):
+  """ours and flax, forward and forward+backward, all jitted."""
+  dev = jax.devices()[0]
+  x, g, b, dy = (jax.device_put(a, dev) for a in (x, g, b, dy))
+
+  def ours(x, g, b):
+    return layer_norm(x, g, b, axis=-1, eps=EPS)
+
+  model = nn.LayerNorm(epsilon=EPS)  # default settings otherwise
+
+  def flax_ln(x, g, b):
+    return model.apply({"params": {"scale": g, "bias": b}}, x)
+
+  def fwd_bwd(f):
+    def loss(x, g, b, dy):
+      return jnp.sum(f(x, g, b) * dy)
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+  out = {}
+  for name, f in (("ours", ours), ("flax", flax_ln)):
+    fj = jax.jit(f)
+    gj = fwd_bwd(f)
+    out[(name, "fwd")] = lambda fj=fj: _block(fj(x, g, b))
+    out[(name, "fwd+bwd")] = lambda gj=gj: _block(gj(x, g, b, dy))
+  return out, str(dev)
+
+
+def torch_candidates(x, g, b, dy):
+  """torch.nn.functional.layer_norm on the CPU (the default device)."""
+  xt = torch.from_numpy(np.array(x))
+  gt = torch.from_numpy(np.array(g))
+  bt = torch.from_numpy(np.array(b))
+  dyt = torch.from_numpy(np.array(dy))
+  shape = (x.shape[-1],)
+
+  def fwd():
+    with torch.no_grad():
+      return F.layer_norm(xt, shape, gt, bt, EPS)
+
+  xr = xt.clone().requires_grad_(True)
+  gr = gt.clone().requires_grad_(True)
+  br = bt.clone().requires_grad_(True)
+
+  def fwd_bwd():
+    for t in (xr, gr, br):
+      t.grad = None
+    y = F.layer_norm(xr, shape, gr, br, EPS)
+    y.backward(dyt)
+    return xr.grad, gr.grad, br.grad
+
+  return {("torch", "fwd"): fwd, ("torch", "fwd+bwd"): fwd_bwd}, str(xt.device)
+
+
+# ----------------------------------------------------------------------------
+
+
+def check_agreement(cands):
+  """The candidates compute the same thing (guards against a wrong benchmark)."""
+  ref_y = np.asarray(cands[("flax", "fwd")]())
+  ref_g = [np.asarray(a) for a in cands[("flax", "fwd+bwd")]()]
+  for name in ("ours", "torch"):
+    if (name, "fwd") not in cands:
+      continue
+    y = cands[(name, "fwd")]()
+    grads = cands[(name, "fwd+bwd")]()
+    if name == "torch":
+      y = y.numpy()
+      grads = [t.detach().numpy() for t in grads]
+    np.testing.assert_allclose(np.asarray(y), ref_y, rtol=1e-3, atol=1e-3)
+    for a, r in zip(grads, ref_g):
+      scale = float(np.max(np.abs(r))) + 1e-6
+      np.testing.assert_allclose(np.asarray(a), r, rtol=1e-3, atol=2e-3 * scale)
+
+
+def calibrate(fn, sample_s: float) -> int:
+  """Calls per sample so that one sample lasts about ``sample_s``."""
+  fn()
+  t0 = time.perf_counter()
+  fn()
+  once = max(time.perf_counter() - t0, 1e-7)
+  return max(1, int(sample_s / once))
+
+
+def bench_shape(shape, repeats: int, sample_s: float, stat=statistics.median,
+                seed: int = 0):
+  rng = np.random.default_rng(seed)
+  h = shape[-1]
+  x = rng.standard_normal(shape, dtype=np.float32)
+  g = (1.0 + 0.1 * rng.standard_normal(h)).astype(np.float32)
+  b = (0.1 * rng.standard_normal(h)).astype(np.float32)
+  dy = rng.standard_normal(shape, dtype=np.float32)
+
+  cands, jax_dev = jax_candidates(x, g, b, dy)
+  devices = {"ours": jax_dev, "flax": jax_dev}
+  if torch is not None:
+    tc, tdev = torch_candidates(x, g, b, dy)
+    cands.update(tc)
+    devices["torch"] = tdev
+
+  for fn in cands.values():  # compile and warm up
+    fn()
+    fn()
+  check_agreement(cands)
+  numbers = {k: calibrate(fn, sample_s) for k, fn in cands.items()}
+
+  samples = {k: [] for k in cands}
+  keys = list(cands)
+  order_rng = np.random.default_rng(seed + 1)
+  for _ in range(repeats):
+    # A fresh random order each repeat: no candidate always runs first, or
+    # always right after the same other one (torch's OpenMP threads, for one,
+    # keep spinning for a while after a call and slow down whatever follows).
+    order = [keys[i] for i in order_rng.permutation(len(keys))]
+    for k in order:
+      fn, n = cands[k], numbers[k]
+      t0 = time.perf_counter()
+      for _ in range(n):
+        fn()
+      samples[k].append((time.perf_counter() - t0) / n)
+  med = {k: stat(v) * 1e6 for k, v in samples.items()}
+  return med, devices
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--repeats", type=int, default=60,
+                 help="samples per candidate (round-robin); the median is reported")
+  p.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES),
+                 help=f"comma-separated BxH shapes (default {DEFAULT_SHAPES})")
+  p.add_argument("--sample-ms", type=float, default=2.0,
+                 help="target duration of one sample, in ms (default 2)")
+  p.add_argument("--stat", choices=("median", "min"), default="median",
+                 help="statistic of the samples to report (default median; "
+                      "min is less sensitive to a loaded machine)")
+  p.add_argument("--torch-threads", type=int, default=None,
+                 help="torch.set_num_threads(N) (default: torch's own choice)")
+  args = p.parse_args(argv)
+  if torch is not None and args.torch_threads:
+    torch.set_num_threads(args.torch_threads)
+
+  import jaxlib
+  print(f"python {platform.python_version()}, jax {jax.__version__}, "
+        f"jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
+        f"torch {torch.__version__ if torch is not None else 'not installed'}")
+  print(f"jax backend: {jax.default_backend()}, devices: {jax.devices()}")
+  print(f"host CPU: {cpu_model()}, {len(os.sched_getaffinity(0))} usable cores")
+  if torch is not None:
+    print(f"torch threads: {torch.get_num_threads()}")
+  print(f"repeats: {args.repeats}, sample ~{args.sample_ms} ms, statistic: "
+        f"{args.stat}, float32, eps={EPS}")
+  print()
+
+  rows = []
+  t_start = time.perf_counter()
+  devices = {}
+  for shape in args.shapes:
+    med, devices = bench_shape(shape, args.repeats, args.sample_ms * 1e-3,
+                               stat=statistics.median if args.stat == "median" else min)
+    rows.append((shape, med))
+  elapsed = time.perf_counter() - t_start
+
+  have_torch = torch is not None
+  print("devices: " + ", ".join(f"{k} on {v}" for k, v in devices.items()))
+  print()
+  unit = "µs" if args.stat == "median" else "µs, min"
+  head = ["shape", "pass", f"ours ({unit})", f"flax ({unit})"]
+  if have_torch:
+    head.append(f"torch ({unit})")
+  head.append("ours/flax")
+  if have_torch:
+    head.append("ours/torch")
+  print("| " + " | ".join(head) + " |")
+  print("|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|")
+  for shape, med in rows:
+    for kind in ("fwd", "fwd+bwd"):
+      o, f = med[("ours", kind)], med[("flax", kind)]
+      cells = ["x".join(map(str, shape)), kind, f"{o:.1f}", f"{f:.1f}"]
+      if have_torch:
+        t = med[("torch", kind)]
+        cells.append(f"{t:.1f}")
+      cells.append(f"{o / f:.2f}")
+      if have_torch:
+        cells.append(f"{o / t:.2f}")
+      print("| " + " | ".join(cells) + " |")
+  print()
+  print(f"(timed in {elapsed:.0f} s)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
