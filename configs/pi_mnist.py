@@ -9,7 +9,7 @@ validation, the 10,000 test images for the reported error.
 Command (paper setting, one run):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/pi_mnist.py --workdir runs/pi_mnist_ln --config.norm=layer
-Presets: ``:paper`` (default; 60 epochs), ``:cpu`` (20 epochs), ``:smoke``
+Presets: ``:paper`` (default; 60 epochs), ``:cpu`` (10 epochs), ``:smoke``
 (one short epoch of a small MLP on 2,000 images, for tests and CI).
 Runtime: paper preset, batch 128, a few seconds an epoch on one GPU and
 ~5-10 s an epoch on a 2-core CPU; batch 4 is ~10x slower per epoch.
@@ -20,6 +20,11 @@ its batch-128 curve while batch norm degrades. See results/ for our runs.
 
 import ml_collections
 
+# Adam learning rates per (norm, batch_size), picked by the lowest validation
+# error in `python scripts/reproduce.py fig6_lr` (results/fig6_lr/results.md):
+# batch 128 runs 5 epochs, batch 4 runs 1 epoch, for each rate in LR_GRID.
+LR_GRID = {128: (3e-4, 1e-3, 3e-3), 4: (3e-5, 1e-4, 3e-4)}
+LEARNING_RATES = {}
 
 def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
@@ -42,7 +47,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   if preset == "paper":
     pass
   elif preset == "cpu":
-    c.num_epochs = 20
+    c.num_epochs = 10
   elif preset == "smoke":
     c.num_epochs, c.num_train, c.num_valid, c.hidden = 2, 2000, 500, (64, 64)
   else:

@@ -1,4 +1,4 @@
-"""Feed-forward Flax modules whose summed inputs are normalized (paper eq. 5)."""
+"""Dense and convolutional layers whose summed inputs are normalized (paper eq. 5)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,16 @@ def check_norm(norm: str, valid: Sequence[str] = NORMS) -> None:
     raise ValueError(f"norm={norm!r} is not one of {', '.join(valid)}")
 
 
-class NormDense(nn.Module):
-  """``h = gain * norm(x W) + bias``: the normalized summed inputs, pre-activation.
+def _row(v_F: jax.Array, ndim: int) -> jax.Array:
+  return v_F.reshape((1,) * (ndim - 1) + v_F.shape)
 
-  ``norm``: ``none`` (``x W + b``), ``layer``, ``rms``, ``batch`` (running
-  averages in the ``batch_stats`` collection; pass ``train``) or ``weight``
-  (``x (gain * W / ||W||) + b``, each unit's incoming weights normalized).
-  Gains start at 1 and biases at 0.
-  """
+
+class _Normalized(nn.Module):
+  """The normalization of summed inputs ``a`` (batch first, features last),
+  shared by the dense and convolutional layers. Layer and RMS norm use every
+  unit of an example (for a convolution: all of H x W x C, as in section 6.7);
+  batch norm uses every position of a feature (for a convolution: N x H x W).
+  Gains and biases are per feature."""
   features: int
   norm: str = "none"
   eps: float = 1e-5
@@ -34,64 +36,75 @@ class NormDense(nn.Module):
   axis_name: str | None = None    # batch norm: statistics across devices
   kernel_init: Callable = nn.initializers.lecun_normal()
 
-  @nn.compact
-  def __call__(self, x_BxD: jax.Array, *, train: bool = True) -> jax.Array:
-    check_norm(self.norm)
-    H = self.features
-    w_DxH = self.param("kernel", self.kernel_init, (x_BxD.shape[-1], H))
-    b_H = self.param("bias", nn.initializers.zeros, (H,))
-    if self.norm == "none":
-      return x_BxD @ w_DxH + b_H.reshape(1, H)
-    g_H = self.param("gain", nn.initializers.ones, (H,))
-    if self.norm == "weight":
-      return x_BxD @ N.weight_norm(w_DxH, g_H, axis=0) + b_H.reshape(1, H)
-    a_BxH = x_BxD @ w_DxH
-    if self.norm == "layer":
-      return N.layer_norm(a_BxH, g_H, b_H, eps=self.eps)
-    if self.norm == "rms":
-      return N.rms_norm(a_BxH, g_H, b_H, eps=self.eps)
-    return self._batch_norm(a_BxH, g_H, b_H, train)
+  def kernel_shape(self, x: jax.Array) -> tuple[int, ...]:
+    raise NotImplementedError
 
-  def _batch_norm(self, a_BxH, g_H, b_H, train: bool) -> jax.Array:
-    H = self.features
-    mean = self.variable("batch_stats", "mean", jnp.zeros, (H,), jnp.float32)
-    var = self.variable("batch_stats", "var", jnp.ones, (H,), jnp.float32)
-    batch_axes = tuple(range(a_BxH.ndim - 1))
+  def summed_inputs(self, x: jax.Array, w: jax.Array) -> jax.Array:
+    raise NotImplementedError
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, train: bool = True) -> jax.Array:
+    check_norm(self.norm)
+    F = self.features
+    w = self.param("kernel", self.kernel_init, self.kernel_shape(x))
+    b_F = self.param("bias", nn.initializers.zeros, (F,))
+    if self.norm == "none":
+      a = self.summed_inputs(x, w)
+      return a + _row(b_F, a.ndim)
+    g_F = self.param("gain", nn.initializers.ones, (F,))
+    if self.norm == "weight":
+      # Each unit's incoming weights (all axes but the last) to unit norm.
+      a = self.summed_inputs(x, N.weight_norm(w, g_F, axis=tuple(range(w.ndim - 1))))
+      return a + _row(b_F, a.ndim)
+    a = self.summed_inputs(x, w)
+    if self.norm == "batch":
+      return self._batch_norm(a, g_F, b_F, train)
+    units = tuple(range(1, a.ndim))
+    f = N.layer_norm if self.norm == "layer" else N.rms_norm
+    if a.ndim == 2:
+      return f(a, g_F, b_F, eps=self.eps)
+    return f(a, axis=units, eps=self.eps) * _row(g_F, a.ndim) + _row(b_F, a.ndim)
+
+  def _batch_norm(self, a, g_F, b_F, train: bool) -> jax.Array:
+    F = self.features
+    mean = self.variable("batch_stats", "mean", jnp.zeros, (F,), jnp.float32)
+    var = self.variable("batch_stats", "var", jnp.ones, (F,), jnp.float32)
+    batch_axes = tuple(range(a.ndim - 1))
     if not train:
-      y, _ = N.batch_norm(a_BxH, g_H, b_H, mean=mean.value, var=var.value,
+      y, _ = N.batch_norm(a, g_F, b_F, mean=mean.value, var=var.value,
                           axis=batch_axes, eps=self.eps)
       return y
-    y, (m, v) = N.batch_norm(a_BxH, g_H, b_H, axis=batch_axes, eps=self.eps,
+    y, (m, v) = N.batch_norm(a, g_F, b_F, axis=batch_axes, eps=self.eps,
                              unbiased=self.unbiased, axis_name=self.axis_name)
     if not self.is_initializing():
       d = self.momentum
-      mean.value = d * mean.value + (1 - d) * jax.lax.stop_gradient(m.reshape(H))
-      var.value = d * var.value + (1 - d) * jax.lax.stop_gradient(v.reshape(H))
+      mean.value = d * mean.value + (1 - d) * jax.lax.stop_gradient(m.reshape(F))
+      var.value = d * var.value + (1 - d) * jax.lax.stop_gradient(v.reshape(F))
     return y
 
 
-class MLP(nn.Module):
-  """ReLU MLP of ``NormDense`` layers; logits out.
+class NormDense(_Normalized):
+  """``h = gain * norm(x W) + bias`` (paper eq. 5): the normalized summed
+  inputs, pre-activation. ``norm``: ``none`` (``x W + b``), ``layer``, ``rms``,
+  ``batch`` (running averages in ``batch_stats``; pass ``train``) or
+  ``weight`` (``x (gain * W / ||W||) + b``). Gains start at 1, biases at 0."""
 
-  ``norm_output``: whether the output layer is normalized too. The paper
-  (section 6.6) layer-normalizes only the hidden layers but batch-normalizes
-  all of them.
-  """
-  features: Sequence[int]         # hidden sizes then the number of outputs
-  norm: str = "none"
-  norm_output: bool = False
-  eps: float = 1e-5
-  momentum: float = 0.99
-  unbiased: bool = False
+  def kernel_shape(self, x_BxD):
+    return (x_BxD.shape[-1], self.features)
 
-  @nn.compact
-  def __call__(self, x_BxD: jax.Array, *, train: bool = True) -> jax.Array:
-    h = x_BxD
-    last = len(self.features) - 1
-    for i, f in enumerate(self.features):
-      norm = self.norm if (i < last or self.norm_output) else "none"
-      h = NormDense(f, norm=norm, eps=self.eps, momentum=self.momentum,
-                    unbiased=self.unbiased, name=f"dense{i}")(h, train=train)
-      if i < last:
-        h = nn.relu(h)
-    return h
+  def summed_inputs(self, x_BxD, w_DxH):
+    return x_BxD @ w_DxH
+
+
+class NormConv(_Normalized):
+  """A 'SAME' convolution (NHWC) whose summed inputs are normalized as in
+  ``NormDense``; layer norm over H x W x C of each example."""
+  kernel_size: tuple[int, int] = (3, 3)
+
+  def kernel_shape(self, x_BxHxWxC):
+    return (*self.kernel_size, x_BxHxWxC.shape[-1], self.features)
+
+  def summed_inputs(self, x_BxHxWxC, w_KxKxCxF):
+    return jax.lax.conv_general_dilated(
+        x_BxHxWxC, w_KxKxCxF, (1, 1), "SAME",
+        dimension_numbers=("NHWC", "HWIO", "NHWC"))

@@ -1,11 +1,14 @@
 r"""One command per table or figure of the paper.
 
-  python scripts/reproduce.py table1 [--preset paper|cpu|smoke]
+  python scripts/reproduce.py table1   [--preset paper|cpu|smoke]   # Table 1
+  python scripts/reproduce.py fig6_lr  [--preset ...]   # learning-rate search for fig6
+  python scripts/reproduce.py fig6     [--preset ...]   # Figure 6, permutation-invariant MNIST
+  python scripts/reproduce.py convnet  [--preset ...]   # section 6.7
 
-Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<run>``
-(a rerun resumes there), then its config.json, metrics.jsonl and outputs are
-copied into ``<results_dir>/<target>/`` with the command and commit that made
-them.
+Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<run>``
+(rerunning the command resumes there), then its config.json, metrics.jsonl
+and outputs are copied into ``<results_dir>/<target>/`` beside a results.md
+that names the command and commit that made them.
 """
 
 from __future__ import annotations
@@ -18,19 +21,154 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
-# target -> (config file, {run name: overrides}, extra files to keep)
-TARGETS = {
-    "table1": ("configs/invariance.py", {"table1": {}}, ("table1.md",)),
-}
+from configs import pi_mnist as pi_mnist_config  # noqa: E402
+
+NORM_NAMES = {"none": "Baseline", "layer": "Layer norm", "batch": "Batch norm"}
 
 
-def run(config: str, preset: str, workdir: Path, overrides: dict) -> None:
-  cmd = [sys.executable, "-m", "experiments.main", f"--config={config}:{preset}",
-         f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in overrides.items())]
+def run(args, config: str, name: str, overrides: dict, keep=()) -> dict:
+  """Runs (or resumes) one config; copies its record into the results folder."""
+  wd = (REPO / args.runs_dir / args.target / args.preset / name).resolve()
+  cmd = [sys.executable, "-m", "experiments.main", f"--config={config}:{args.preset}",
+         f"--workdir={wd}", *(f"--config.{k}={v}" for k, v in overrides.items())]
   print("+", " ".join(cmd[1:]), flush=True)
   if subprocess.run(cmd, cwd=REPO).returncode:
-    sys.exit(f"error: run {workdir.name} failed; rerun the same command to resume it")
+    sys.exit(f"error: run {name} failed; rerun the same command to resume it")
+  dest = out_dir(args) / name
+  dest.mkdir(parents=True, exist_ok=True)
+  for f in ("config.json", "metrics.jsonl", *keep):
+    shutil.copy2(wd / f, dest / f)
+  record = json.loads((wd / "config.json").read_text())
+  record["metrics"] = [json.loads(l) for l in (wd / "metrics.jsonl").read_text().splitlines()]
+  return record
+
+
+def out_dir(args) -> Path:
+  return REPO / args.results_dir / args.target
+
+
+def header(args, records: list[dict], title: str) -> str:
+  commits = sorted({r["git_commit"] for r in records})
+  return (f"# {title}\n\nCommand: `python scripts/reproduce.py {args.target} --preset "
+          f"{args.preset}`  \nCommit: {', '.join(commits)}  \n"
+          f"Versions: {json.dumps(records[0]['versions'])}\n\n")
+
+
+def table1(args) -> None:
+  r = run(args, "configs/invariance.py", "table1", {}, keep=("table1.md",))
+  (out_dir(args) / "results.md").write_text(
+      header(args, [r], "Table 1") + (out_dir(args) / "table1" / "table1.md").read_text())
+
+
+def fig6_lr(args) -> None:
+  """Each (norm, batch size, rate) for a few epochs; the lowest final
+  validation error picks the rate."""
+  rows, best, records = [], {}, []
+  for batch, rates in pi_mnist_config.LR_GRID.items():
+    for norm in NORM_NAMES:
+      for lr in rates:
+        name = f"{norm}_b{batch}_lr{lr:g}"
+        r = run(args, "configs/pi_mnist.py", name, {
+            "norm": norm, "batch_size": batch, "learning_rate": lr,
+            "num_epochs": 5 if batch >= 128 else 1})
+        records.append(r)
+        last = r["metrics"][-1]
+        rows.append((norm, batch, lr, last["epoch"], last["valid_error"], last["valid_nll"]))
+        if (norm, batch) not in best or last["valid_error"] < best[norm, batch][1]:
+          best[norm, batch] = (lr, last["valid_error"])
+  md = header(args, records, "Learning-rate search for Figure 6 (validation set)")
+  md += "| norm | batch | learning rate | epochs | valid error | valid NLL |\n|---|---|---|---|---|---|\n"
+  md += "".join(f"| {n} | {b} | {lr:g} | {e} | {ve:.4f} | {vn:.4f} |\n" for n, b, lr, e, ve, vn in rows)
+  md += "\nPicked (lowest validation error):\n\n" + "".join(
+      f"- {n}, batch {b}: {lr:g} (valid error {ve:.4f})\n" for (n, b), (lr, ve) in best.items())
+  md += "\nAs Python, for `LEARNING_RATES` in configs/pi_mnist.py:\n\n```\n" + "{" + ", ".join(
+      f"({n!r}, {b}): {lr:g}" for (n, b), (lr, _) in best.items()) + "}\n```\n"
+  (out_dir(args) / "results.md").write_text(md)
+  print(md)
+
+
+def _epochs_to(metrics: list[dict], key: str, threshold: float) -> str:
+  return next((str(m["epoch"]) for m in metrics if m[key] <= threshold), "not reached")
+
+
+def _summary_row(name: str, r: dict, extra: str) -> str:
+  m = r["metrics"]
+  wall = m[-1]["wall_time"] - m[0]["wall_time"] + m[0]["epoch_time_s"]
+  rate = sorted(x["examples_per_sec"] for x in m)[len(m) // 2]
+  return (f"| {name} | {extra}{m[-1]['test_error']:.4f} | "
+          f"{min(x['test_error'] for x in m):.4f} | {_epochs_to(m, 'test_error', 0.02)} | "
+          f"{m[-1]['train_nll']:.4f} | {wall:.0f} | {rate:,.0f} | "
+          f"{r['config']['learning_rate']:g} |\n")
+
+
+def fig6(args) -> None:
+  lrs = pi_mnist_config.LEARNING_RATES
+  if not lrs:
+    sys.exit("error: configs/pi_mnist.py has no LEARNING_RATES yet; run "
+             "`python scripts/reproduce.py fig6_lr` and copy its choice there")
+  records = {}
+  for batch in (128, 4):
+    for norm in NORM_NAMES:
+      records[norm, batch] = run(args, "configs/pi_mnist.py", f"{norm}_b{batch}", {
+          "norm": norm, "batch_size": batch, "learning_rate": lrs[norm, batch]})
+  plot_curves(records, out_dir(args) / "fig6.png", "Permutation-invariant MNIST",
+              lambda k: f"batch size {k[1]}", lambda k: NORM_NAMES[k[0]])
+  md = header(args, list(records.values()), "Figure 6: permutation-invariant MNIST")
+  md += ("![Figure 6](fig6.png)\n\n| run | final test error | best test error | epochs to "
+         "2% test error | final train NLL | wall time (s) | examples/s (median epoch) | "
+         "learning rate |\n|---|---|---|---|---|---|---|---|\n")
+  md += "".join(_summary_row(f"{NORM_NAMES[n]}, batch {b}", r, "")
+                for (n, b), r in records.items())
+  (out_dir(args) / "results.md").write_text(md)
+  print(md)
+
+
+def convnet(args) -> None:
+  records = {}
+  for dataset in ("mnist", "fashion_mnist"):
+    for norm in NORM_NAMES:
+      records[dataset, norm] = run(args, "configs/convnet.py", f"{dataset}_{norm}",
+                                   {"norm": norm, "dataset": dataset})
+  plot_curves(records, out_dir(args) / "convnet.png", "ConvNets (section 6.7)",
+              lambda k: k[0], lambda k: NORM_NAMES[k[1]])
+  md = header(args, list(records.values()), "Section 6.7: ConvNets")
+  md += ("![ConvNets](convnet.png)\n\n| run | final test error | best test error | epochs "
+         "to 2% test error | final train NLL | wall time (s) | examples/s (median epoch) | "
+         "learning rate |\n|---|---|---|---|---|---|---|---|\n")
+  md += "".join(_summary_row(f"{d}, {NORM_NAMES[n]}", r, "") for (d, n), r in records.items())
+  (out_dir(args) / "results.md").write_text(md)
+  print(md)
+
+
+def plot_curves(records: dict, path: Path, title: str, panel, label) -> None:
+  """Per panel (a row): training NLL on a log scale and test error, by epoch."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  panels = list(dict.fromkeys(panel(k) for k in records))
+  fig, axes = plt.subplots(len(panels), 2, figsize=(10, 3.6 * len(panels)), squeeze=False)
+  for key, r in records.items():
+    row = panels.index(panel(key))
+    epochs = [m["epoch"] for m in r["metrics"]]
+    axes[row, 0].plot(epochs, [m["train_nll"] for m in r["metrics"]], label=label(key))
+    axes[row, 1].plot(epochs, [m["test_error"] for m in r["metrics"]], label=label(key))
+  for row, p in enumerate(panels):
+    axes[row, 0].set(yscale="log", xlabel="epoch", ylabel="train NLL", title=p)
+    axes[row, 1].set(xlabel="epoch", ylabel="test error", title=p)
+    axes[row, 1].set_ylim(0, min(0.1, axes[row, 1].get_ylim()[1]))
+    for ax in axes[row]:
+      ax.grid(alpha=0.3)
+      ax.legend()
+  fig.suptitle(title)
+  fig.tight_layout()
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+TARGETS = {"table1": table1, "fig6_lr": fig6_lr, "fig6": fig6, "convnet": convnet}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,20 +178,8 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--runs_dir", default="runs", type=Path)
   p.add_argument("--results_dir", default="results", type=Path)
   args = p.parse_args(argv)
-  config, runs, keep = TARGETS[args.target]
-  out = REPO / args.results_dir / args.target
-  for name, overrides in runs.items():
-    wd = (REPO / args.runs_dir / args.target / name).resolve()
-    run(config, args.preset, wd, overrides)
-    dest = out / name if len(runs) > 1 else out
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in ("config.json", "metrics.jsonl", *keep):
-      shutil.copy2(wd / f, dest / f)
-    commit = json.loads((wd / "config.json").read_text())["git_commit"]
-    (dest / "COMMAND").write_text(
-        f"python scripts/reproduce.py {args.target} --preset {args.preset}\n"
-        f"commit {commit}\n")
-  print(f"results in {out}")
+  TARGETS[args.target](args)
+  print(f"results in {out_dir(args)}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnorm.layers import MLP, NORMS, NormDense
+from lnorm.layers import NORMS, NormDense
+from lnorm.mlp import MLP
 
 RNG = np.random.default_rng(1)
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 from configs import pi_mnist as pi_mnist_config
-from experiments import pi_mnist
+from experiments import classifier, pi_mnist
 from experiments.errors import NonFiniteLossError
 from lnorm.data import mnist
 from tests.tiny_data import write_dataset
@@ -81,7 +81,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny, tmp_path, monkeypat
   wd = tmp_path / "run"
   tiny.num_epochs = 1
   pi_mnist.train_and_evaluate(tiny, str(wd))
-  monkeypatch.setattr(pi_mnist, "nll", lambda logits, y: jnp.full(y.shape, jnp.nan))
+  monkeypatch.setattr(classifier, "nll", lambda logits, y: jnp.full(y.shape, jnp.nan))
   jax.clear_caches()  # The epoch step must be traced again with the broken loss.
   tiny.num_epochs = 3
   with pytest.raises(NonFiniteLossError, match="nan in epoch 2.*step 6"):

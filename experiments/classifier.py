@@ -1,0 +1,170 @@
+"""The training loop shared by the image classifiers (pi_mnist, convnet).
+
+The whole data set lives on the device; each epoch is one jitted ``lax.scan``
+over its minibatches, so small batches are not ruled by Python dispatch.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax.training import train_state
+
+from experiments import workdir as wdir
+from experiments.errors import NonFiniteLossError, check, check_common
+from experiments.progress import Progress
+from lnorm.data import mnist
+
+Data = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def validate(config: ml_collections.ConfigDict, norms) -> None:
+  check_common(config, norms)
+  check(config.dataset in mnist.DATASETS,
+        f"dataset={config.dataset!r} is not valid; choose one of: {', '.join(mnist.DATASETS)}")
+  check(config.num_valid >= 1, f"num_valid={config.num_valid} must be at least 1")
+  check(config.num_train >= 0, f"num_train={config.num_train} must be 0 (all) or more")
+  check(config.eval_batch_size >= 1, "eval_batch_size must be at least 1")
+  check(not (config.norm == "batch" and config.bn_unbiased and config.batch_size < 2),
+        "batch norm with unbiased variance needs batch_size >= 2")
+
+
+def load_data(config, flatten: bool) -> Data:
+  """float32 pixels in [0, 1] (N x 784, or N x 28 x 28 x 1) and int32 labels
+  for train (the first 55,000), valid (the last ``num_valid``) and test."""
+  raw = mnist.load(config.data_source, config.dataset, config.data_dir)
+  train, valid = mnist.split_train_valid(*raw["train"], num_valid=config.num_valid)
+  if config.num_train:
+    train = (train[0][:config.num_train], train[1][:config.num_train])
+  shape = (-1,) if flatten else (28, 28, 1)
+  out = {}
+  for split, (x, y) in (("train", train), ("valid", valid), ("test", raw["test"])):
+    out[split] = (x.reshape(len(x), *shape).astype(np.float32) / 255.0, y.astype(np.int32))
+  check(len(out["train"][0]) >= config.batch_size,
+        f"batch_size={config.batch_size} is larger than the {len(out['train'][0])} "
+        "training images")
+  return out
+
+
+class TrainState(train_state.TrainState):
+  batch_stats: Any
+  epoch: jax.Array
+
+
+def create_train_state(config, model: nn.Module, rng: jax.Array,
+                       example_shape: tuple[int, ...]) -> TrainState:
+  variables = model.init(rng, jnp.zeros((2, *example_shape), jnp.float32), train=False)
+  return TrainState.create(apply_fn=model.apply, params=variables["params"],
+                           tx=optax.adam(config.learning_rate),
+                           batch_stats=variables.get("batch_stats", {}),
+                           epoch=jnp.zeros((), jnp.int32))
+
+
+def nll(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
+  return optax.softmax_cross_entropy_with_integer_labels(logits_BxK, y_B)
+
+
+def train_step(state: TrainState, x_BxD: jax.Array, y_B: jax.Array
+               ) -> tuple[TrainState, jax.Array]:
+  def loss_fn(params):
+    logits, updates = state.apply_fn(
+        {"params": params, "batch_stats": state.batch_stats}, x_BxD, train=True,
+        mutable=["batch_stats"])
+    return jnp.mean(nll(logits, y_B)), updates.get("batch_stats", {})
+
+  (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  return state.apply_gradients(grads=grads, batch_stats=stats), loss
+
+
+@functools.partial(jax.jit, static_argnames="batch_size", donate_argnums=(0,))
+def train_epoch(state: TrainState, x_NxD: jax.Array, y_N: jax.Array, rng: jax.Array,
+                batch_size: int) -> tuple[TrainState, jax.Array]:
+  """One shuffled pass (the last partial batch dropped); returns the mean NLL."""
+  steps = x_NxD.shape[0] // batch_size
+  idx_SxB = jax.random.permutation(rng, x_NxD.shape[0])[:steps * batch_size]
+  idx_SxB = idx_SxB.reshape(steps, batch_size)
+
+  def body(state, idx_B):
+    return train_step(state, x_NxD[idx_B], y_N[idx_B])
+
+  state, loss_S = jax.lax.scan(body, state, idx_SxB)
+  return state.replace(epoch=state.epoch + 1), jnp.mean(loss_S)
+
+
+def eval_step(state: TrainState, x_BxD: jax.Array, y_B: jax.Array) -> jax.Array:
+  logits = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats},
+                          x_BxD, train=False)
+  return jnp.stack([jnp.sum(nll(logits, y_B)),
+                    jnp.sum(jnp.argmax(logits, -1) != y_B)])
+
+
+@functools.partial(jax.jit, static_argnames="chunk")
+def evaluate(state: TrainState, x_NxD: jax.Array, y_N: jax.Array, chunk: int
+             ) -> dict[str, jax.Array]:
+  """Mean NLL and error over the whole split, in chunks of ``chunk`` examples."""
+  n = x_NxD.shape[0]
+  full = n // chunk * chunk
+  sums = jnp.zeros(2)
+  if full:
+    xs = x_NxD[:full].reshape(-1, chunk, *x_NxD.shape[1:])
+    sums = jnp.sum(jax.lax.map(lambda b: eval_step(state, *b),
+                               (xs, y_N[:full].reshape(-1, chunk))), 0)
+  if full < n:
+    sums = sums + eval_step(state, x_NxD[full:], y_N[full:])
+  return {"nll": sums[0] / n, "error": sums[1] / n}
+
+
+def fit(config: ml_collections.ConfigDict, workdir: str, model: nn.Module, data: Data
+        ) -> TrainState:
+  """Trains on data['train'], evaluating on 'valid' and 'test' after every epoch."""
+  wd = wdir.prepare(workdir, config)
+  x_tr, y_tr = (jnp.asarray(a) for a in data["train"])
+  splits = {s: tuple(jnp.asarray(a) for a in data[s]) for s in ("valid", "test")}
+  steps_per_epoch = len(x_tr) // config.batch_size
+
+  root = jax.random.key(config.seed)
+  state = create_train_state(config, model, jax.random.fold_in(root, 0), x_tr.shape[1:])
+  mngr = wdir.checkpoint_manager(wd)
+  state, step = wdir.restore_latest(mngr, state)
+  writer = wdir.MetricsWriter(wd, resume_step=step)
+  t0 = time.perf_counter()
+  run_epoch = train_epoch.lower(state, x_tr, y_tr, root, batch_size=config.batch_size
+                                ).compile()
+  print(f"compiled the epoch step in {time.perf_counter() - t0:.1f}s", flush=True)
+  progress = Progress(config.num_epochs * steps_per_epoch, step, config.batch_size)
+  for epoch in range(int(state.epoch) + 1, config.num_epochs + 1):
+    t0 = time.perf_counter()
+    # The shuffle depends only on (seed, epoch >= 1; 0 is the init): a resumed
+    # run sees the same order.
+    state, train_nll = run_epoch(state, x_tr, y_tr, jax.random.fold_in(root, epoch))
+    train_nll = float(train_nll)
+    dt = time.perf_counter() - t0
+    step = epoch * steps_per_epoch
+    if not np.isfinite(train_nll):
+      last = mngr.latest_step()
+      mngr.close()
+      raise NonFiniteLossError(
+          f"training loss is {train_nll} in epoch {epoch}; stopped. The last good "
+          f"checkpoint (step {last}) is kept in {wd / 'checkpoints'}")
+    metrics = {"train_nll": train_nll, "epoch_time_s": dt,
+               "examples_per_sec": steps_per_epoch * config.batch_size / dt}
+    for split, (x, y) in splits.items():
+      m = evaluate(state, x, y, min(config.eval_batch_size, len(x)))
+      metrics |= {f"{split}_nll": float(m["nll"]), f"{split}_error": float(m["error"])}
+    # Metrics first, then the checkpoint: a run killed in between rewrites the
+    # metrics line on resume instead of losing it.
+    writer.write(step, epoch, metrics)
+    wdir.save(mngr, step, state)
+    progress.report(step, epoch, config.num_epochs, train_nll=train_nll,
+                    valid_error=metrics["valid_error"], test_error=metrics["test_error"])
+  writer.close()
+  mngr.close()
+  return state

@@ -1,0 +1,28 @@
+"""ConvNets on MNIST and Fashion-MNIST (section 6.7)."""
+
+from __future__ import annotations
+
+import ml_collections
+
+from experiments import classifier
+from experiments.errors import check
+from lnorm.convnet import ConvNet
+from lnorm.layers import NORMS
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  classifier.validate(config, NORMS)
+  check(all(c >= 1 for c in config.channels) and config.hidden >= 1,
+        f"channels={config.channels} and hidden={config.hidden} need sizes >= 1")
+
+
+def create_model(config) -> ConvNet:
+  return ConvNet(channels=config.channels, hidden=config.hidden, norm=config.norm,
+                 eps=config.eps, momentum=config.bn_momentum, unbiased=config.bn_unbiased)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
+                       ) -> classifier.TrainState:
+  validate(config)
+  return classifier.fit(config, workdir, create_model(config),
+                        classifier.load_data(config, flatten=False))
