@@ -105,7 +105,8 @@ class MetricsWriter:
 def checkpoint_manager(wd: Path, max_to_keep: int = 2) -> ocp.CheckpointManager:
   return ocp.CheckpointManager(
       wd / "checkpoints",
-      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                           cleanup_tmp_directories=True))
 
 
 def restore_latest(mngr: ocp.CheckpointManager, state: Any) -> tuple[Any, int]:

@@ -76,3 +76,28 @@ def test_mlp_normalizes_output_only_when_asked():
 def test_unknown_norm_is_rejected():
   with pytest.raises(ValueError, match="not one of"):
     NormDense(3, norm="group").init(jax.random.key(0), jnp.ones((2, 2)))
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_norm_conv_matches_equations(norm):
+  import flax.linen as nn
+  from lnorm.layers import NormConv
+  x = jnp.asarray(RNG.normal(1, 2, size=(3, 6, 5, 2)), jnp.float32)
+  layer = NormConv(4, kernel_size=(3, 3), norm=norm)
+  v = layer.init(jax.random.key(0), x)
+  p = {k: jnp.asarray(RNG.normal(1, 0.5, a.shape), jnp.float32) for k, a in v["params"].items()}
+  y = layer.apply({**v, "params": p}, x, train=True, mutable=["batch_stats"])[0]
+  w = p["kernel"]
+  if norm == "weight":
+    w = p["gain"].reshape(1, 1, 1, 4) * w / jnp.sqrt(jnp.sum(w ** 2, axis=(0, 1, 2), keepdims=True))
+  conv = nn.Conv(4, (3, 3), padding="SAME", use_bias=False)   # an independent conv
+  a = np.asarray(conv.apply({"params": {"kernel": w}}, x), np.float64)
+  g, b = np.asarray(p.get("gain", np.ones(4))), np.asarray(p["bias"])
+  if norm in ("none", "weight"):
+    ref = a + b
+  else:
+    axes = (0, 1, 2) if norm == "batch" else (1, 2, 3)
+    mu = 0 if norm == "rms" else a.mean(axes, keepdims=True)
+    var = ((a - mu) ** 2).mean(axes, keepdims=True)
+    ref = g * (a - mu) / np.sqrt(var + 1e-5) + b
+  np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)

@@ -1,6 +1,8 @@
 """The experiment runner end to end: files written, resume, NaN stop, bad input."""
 
 import json
+import signal
+import time
 import os
 import subprocess
 import sys
@@ -122,3 +124,60 @@ def test_cli_runs_table1(tmp_path):
   assert (wd / "table1.md").read_text().startswith("# Table 1")
   assert json.loads((wd / "config.json").read_text())["config"]["experiment"] == "invariance"
   assert len(metrics(wd)) == 1
+
+
+def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path):
+  _, checksums = write_dataset(tmp_path / "data", num={"train": 1500, "test": 100})
+  (tmp_path / "md5.json").write_text(json.dumps(checksums))
+  flags = ["--config=configs/pi_mnist.py:smoke", f"--config.data_dir={tmp_path / 'data'}",
+           "--config.num_train=0", "--config.num_valid=100", "--config.num_epochs=6",
+           "--config.batch_size=8", "--config.hidden=(128, 128)"]
+
+  def command(wd):
+    return [sys.executable, str(REPO / "tests" / "run_with_tiny_checksums.py"),
+            str(tmp_path / "md5.json"), *flags, f"--workdir={wd}"]
+
+  env = {**os.environ, "PYTHONPATH": str(REPO)}
+  killed = tmp_path / "killed"
+  p = subprocess.Popen(command(killed), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 240
+  while not (killed / "checkpoints" / "350").exists() and p.poll() is None:
+    assert time.monotonic() < deadline, "no checkpoint after 240 s"
+    time.sleep(0.02)
+  p.send_signal(signal.SIGKILL)   # Mid-run: after epoch 2's checkpoint appeared.
+  p.wait()
+  assert p.returncode == -signal.SIGKILL
+  assert len(metrics(killed)) < 6
+  for wd in (killed, tmp_path / "straight"):
+    r = subprocess.run(command(wd), cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+  assert without_timing(metrics(killed)) == without_timing(metrics(tmp_path / "straight"))
+  assert [r["epoch"] for r in metrics(killed)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_truncated_gz_is_one_line_and_writes_nothing(tmp_path):
+  write_dataset(tmp_path / "data", num={"train": 50, "test": 10})
+  f = tmp_path / "data" / "mnist" / "train-images-idx3-ubyte.gz"
+  f.write_bytes(f.read_bytes()[:-100])
+  r = run_cli("--config=configs/pi_mnist.py:smoke", f"--workdir={tmp_path / 'run'}",
+              f"--config.data_dir={tmp_path / 'data'}")
+  assert r.returncode != 0 and "train-images-idx3-ubyte.gz" in r.stderr
+  assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+  assert not (tmp_path / "run").exists()
+
+
+def test_convnet_on_tiny_fashion_mnist(tmp_path, monkeypatch):
+  from configs import convnet as convnet_config
+  from experiments import convnet
+  _, checksums = write_dataset(tmp_path / "data", name="fashion_mnist",
+                               num={"train": 120, "test": 20})
+  monkeypatch.setitem(mnist.MD5, "fashion_mnist", checksums)
+  c = convnet_config.get_config("smoke")
+  c.dataset, c.data_dir, c.num_train, c.num_valid = "fashion_mnist", str(tmp_path / "data"), 0, 20
+  c.batch_size, c.norm = 16, "batch"
+  state = convnet.train_and_evaluate(c, str(tmp_path / "run"))
+  (m,) = metrics(tmp_path / "run")
+  assert int(state.step) == 6 and m["epoch"] == 1 and 0 <= m["test_error"] <= 1
+  assert "mean" in state.batch_stats["conv0"]
