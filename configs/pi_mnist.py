@@ -47,6 +47,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.bn_momentum = 0.99          # batch norm running-average decay
   c.bn_unbiased = True          # batch norm: N/(N-1) variance (the paper at batch 4)
   c.eval_batch_size = 2000      # evaluation chunk; any size gives the same metrics
+  c.scan_epoch = True           # each epoch one jitted lax.scan (else a step per call)
   if preset == "paper":
     pass
   elif preset == "cpu":
