@@ -60,8 +60,8 @@ def prepare(workdir: str, config: ml_collections.ConfigDict) -> Path:
   old_path = wd / "config.json"
   if old_path.exists():
     old = json.loads(old_path.read_text()).get("config", {})
-    diff = sorted(k for k in set(old) | set(cfg)
-                  if k not in RESUMABLE_CHANGES and old.get(k) != cfg.get(k))
+    # A field the old run did not have was added to the code since: allowed.
+    diff = sorted(k for k in old if k not in RESUMABLE_CHANGES and old[k] != cfg.get(k))
     if diff:
       raise ConfigError(
           f"workdir {wd} holds a run with a different config (fields: "
