@@ -569,3 +569,339 @@ class Recurrent(nn.Module):
     carry, y = scan(self.cell, initial_carry, (x_TxBxI, mask))
     y = jax.tree_util.tree_map(lambda v: jnp.moveaxis(v, 0, t_axis), y)
     return carry, y
+
+
+
+
+
+# ------------------------------------------------------------ sequence LSTM
+#
+# ``LSTM`` computes what scanning ``LSTMCell``, ``LNLSTMCell`` or
+# ``LayerNormCLSTMCell`` computes, reorganised for speed. BENCHMARKS.md
+# ("Recurrent LSTM") has the measurements behind each choice:
+#
+# * W_x x for all steps is one matmul before the scan, and with 'layer' so is
+#   its layer norm (``_rms_proj``).
+# * LN(v @ k) = RMSNorm(v @ _center(k)) exactly: the row mean of v @ k is v
+#   times the row means of k. The recurrent LN then needs one reduction per
+#   step instead of two, forward and backward.
+# * The backward pass is a hand-written scan (``_lstm_scan``) that does per
+#   step only what is sequential; the W_h gradient is one matmul after it,
+#   and the gain and bias gradients are summed per example in its carry.
+# * Each forward step saves one packed row, as small as possible: on the CPU,
+#   memory written per step cost more than recomputing the gates.
+
+_NORMS = ('none', 'layer', 'layer_c')
+
+
+def _mean(x: Array) -> Array:
+  """Mean over the last axis (keepdims), accumulated in at least float32."""
+  acc = jnp.promote_types(x.dtype, jnp.float32)
+  return jnp.mean(x, -1, keepdims=True, dtype=acc).astype(x.dtype)
+
+
+def _rsqrt_mean_square(x: Array, eps: float) -> Array:
+  """1 / sqrt(mean(x^2) + eps) over the last axis (keepdims)."""
+  acc = jnp.promote_types(x.dtype, jnp.float32)
+  ms = jnp.mean(jnp.square(x.astype(acc)), -1, keepdims=True)
+  return jax.lax.rsqrt(ms + eps).astype(x.dtype)
+
+
+def _center(k_IxF: Array) -> Array:
+  """Subtracts each row's mean: LN(v @ k) = RMSNorm(v @ _center(k))."""
+  return k_IxF - jnp.mean(k_IxF, -1, keepdims=True)
+
+
+def _gates(z_Bx4H: Array) -> Array:
+  """(f, i, o, g) pre-activations -> (sigma(f), sigma(i), sigma(o), tanh(g))."""
+  H = z_Bx4H.shape[-1] // 4
+  return jnp.concatenate([jax.nn.sigmoid(z_Bx4H[:, :3 * H]),
+                          jnp.tanh(z_Bx4H[:, 3 * H:])], -1)
+
+
+def _split(x: Array, sizes: list[int]) -> list[Array]:
+  out, k = [], 0
+  for n in sizes:
+    out.append(x[..., k:k + n])
+    k += n
+  return out
+
+
+def _saved_sizes(norm: str, H: int, masked: bool) -> list[int]:
+  """Widths of the row saved per step, in the order ``_lstm_fwd`` packs it.
+
+  'layer' saves LN(W_h h) before its gain, and its 1/sigma, instead of the
+  gates: the backward step recomputes the gates from them.
+  """
+  sizes = [4 * H, 1] if norm == 'layer' else [4 * H]  # (ah, ra) or act
+  sizes.append(H)  # c_{t-1}
+  if norm != 'none':
+    sizes += [1, 1]  # mean and 1/sigma of c_t
+  if masked:
+    sizes.append(H)  # h_{t-1}: the carry, which is not y_{t-1} under a mask
+  return sizes
+
+
+def _lstm_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
+              b_H, c0_BxH, h0_BxH, m_TxB):
+  """The scan. Returns ((y, c_T, h_T), saved rows (T, B, sum(sizes)))."""
+  masked = m_TxB is not None
+  H = h0_BxH.shape[-1]
+
+  def step(carry, inp):
+    c_BxH, h_BxH = carry
+    xh_Bx4H, m_Bx1 = inp
+    a_Bx4H = h_BxH @ w_Hx4H
+    xz_Bx4H = xh_Bx4H if gx_4H is None else xh_Bx4H * gx_4H[None]
+    if norm == 'layer':
+      ra_Bx1 = _rsqrt_mean_square(a_Bx4H, eps)
+      ah_Bx4H = a_Bx4H * ra_Bx1
+      a_Bx4H = ah_Bx4H * g_4H[None]
+    act_Bx4H = _gates(a_Bx4H + xz_Bx4H + b_4H[None])
+    f, i, o, g = _split(act_Bx4H, [H] * 4)
+    c_new = f * c_BxH + i * g
+    saved = [ah_Bx4H, ra_Bx1] if norm == 'layer' else [act_Bx4H]
+    saved.append(c_BxH)
+    if norm == 'none':
+      tc_BxH = jnp.tanh(c_new)
+    else:
+      mc_Bx1 = _mean(c_new)
+      cc_BxH = c_new - mc_Bx1
+      rc_Bx1 = _rsqrt_mean_square(cc_BxH, eps)
+      tc_BxH = jnp.tanh(cc_BxH * rc_Bx1 * g_H[None] + b_H[None])
+      saved += [mc_Bx1, rc_Bx1]
+    h_new = o * tc_BxH
+    if masked:
+      saved.append(h_BxH)
+    saved = jnp.concatenate(saved, -1)
+    if not masked:
+      return (c_new, h_new), (h_new, saved)
+    y_BxH = jnp.where(m_Bx1, h_new, jnp.zeros_like(h_new))
+    c_new = jnp.where(m_Bx1, c_new, c_BxH)
+    h_new = jnp.where(m_Bx1, h_new, h_BxH)
+    return (c_new, h_new), (y_BxH, saved)
+
+  m_TxBx1 = None if m_TxB is None else m_TxB[..., None]
+  (c_BxH, h_BxH), (y_TxBxH, saved) = jax.lax.scan(
+      step, (c0_BxH, h0_BxH), (xh_TxBx4H, m_TxBx1), unroll=unroll)
+  return (y_TxBxH, c_BxH, h_BxH), saved
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _lstm_scan(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
+               b_H, c0_BxH, h0_BxH, m_TxB):
+  """LSTM over time from the projected inputs; returns (y, c_T, h_T).
+
+  Pre-activations: ``h @ w`` (layer-normalized without bias, gain ``g_4H``,
+  for 'layer', where ``w`` is centred) + ``xh * gx`` (``gx`` None: 1) + ``b``.
+  'layer' and 'layer_c' normalize c_t with ``g_H``, ``b_H``. ``m_TxB``: the
+  mask, or None.
+  """
+  return _lstm_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
+                   g_H, b_H, c0_BxH, h0_BxH, m_TxB)[0]
+
+
+def _lstm_scan_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
+                   g_H, b_H, c0_BxH, h0_BxH, m_TxB):
+  out, saved = _lstm_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
+                         g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)
+  return out, (saved, out[0], xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
+               h0_BxH, m_TxB)
+
+
+def _lstm_scan_bwd(norm, eps, unroll, res, cts):
+  (saved, y_TxBxH, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h0_BxH,
+   m_TxB) = res
+  dy_TxBxH, dc_BxH, dh_BxH = cts
+  B, H = h0_BxH.shape
+  masked = m_TxB is not None
+  sizes = _saved_sizes(norm, H, masked)
+  # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
+  # transposed-operand kernel was 1.3-1.7x slower for these shapes.
+  wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
+  # Per-example sums over time of the bias and gain gradients, carried: the
+  # same sums taken after the scan over (T, B, 4H) arrays were slower.
+  sum_sizes = ([4 * H] + ([4 * H] * 2 if norm == 'layer' else [])
+               + ([H] * 2 if norm != 'none' else []))
+
+  def step(carry, inp):
+    dc_BxH, dh_BxH, sums = carry
+    dy_BxH, row, xh_Bx4H, m_Bx1 = inp
+    parts = _split(row, sizes)
+    if norm == 'layer':
+      ah_Bx4H, ra_Bx1, c_prev = parts[:3]
+      act_Bx4H = _gates(ah_Bx4H * g_4H[None] + xh_Bx4H * gx_4H[None]
+                        + b_4H[None])
+      parts = parts[3:]
+    else:
+      act_Bx4H, c_prev = parts[:2]
+      parts = parts[2:]
+    f, i, o, g = _split(act_Bx4H, [H] * 4)
+    c_new = f * c_prev + i * g
+    dh_cell, dc_cell = dh_BxH + dy_BxH, dc_BxH
+    if masked:
+      dh_cell = jnp.where(m_Bx1, dh_cell, jnp.zeros_like(dh_cell))
+      dc_cell = jnp.where(m_Bx1, dc_cell, jnp.zeros_like(dc_cell))
+    terms = []
+    if norm == 'none':
+      tc_BxH = jnp.tanh(c_new)
+      dc_new = dc_cell + dh_cell * o * (1 - tc_BxH * tc_BxH)
+    else:
+      mc_Bx1, rc_Bx1 = parts[:2]
+      ch_BxH = (c_new - mc_Bx1) * rc_Bx1
+      tc_BxH = jnp.tanh(ch_BxH * g_H[None] + b_H[None])
+      dcn_BxH = dh_cell * o * (1 - tc_BxH * tc_BxH)
+      d_BxH = dcn_BxH * g_H[None]
+      # Both means in one reduction.
+      m_Bx2x1 = _mean(jnp.stack([d_BxH, ch_BxH * d_BxH], 1))
+      dc_new = dc_cell + rc_Bx1 * (d_BxH - m_Bx2x1[:, 0]
+                                   - ch_BxH * m_Bx2x1[:, 1])
+      terms = [dcn_BxH * ch_BxH, dcn_BxH]
+    dz_Bx4H = jnp.concatenate([
+        dc_new * c_prev * f * (1 - f), dc_new * g * i * (1 - i),
+        dh_cell * tc_BxH * o * (1 - o), dc_new * i * (1 - g * g)], -1)
+    if norm == 'layer':
+      terms = [dz_Bx4H * ah_Bx4H, dz_Bx4H * xh_Bx4H] + terms
+      d_Bx4H = dz_Bx4H * g_4H[None]
+      da_Bx4H = ra_Bx1 * (d_Bx4H - ah_Bx4H * _mean(ah_Bx4H * d_Bx4H))
+      outs = (dz_Bx4H * gx_4H[None], da_Bx4H)  # d xh, d (h @ w)
+    else:
+      da_Bx4H = dz_Bx4H
+      outs = (dz_Bx4H,)
+    sums = tuple(s + t for s, t in zip(sums, [dz_Bx4H] + terms))
+    dh_prev = da_Bx4H @ wt_4HxH
+    dc_prev = dc_new * f
+    if masked:
+      dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
+      dc_prev = jnp.where(m_Bx1, dc_prev, dc_BxH)
+    return (dc_prev, dh_prev, sums), outs
+
+  sums0 = tuple(jnp.zeros((B, n), dy_TxBxH.dtype) for n in sum_sizes)
+  m_TxBx1 = None if m_TxB is None else m_TxB[..., None]
+  (dc0, dh0, sums), outs = jax.lax.scan(
+      step, (dc_BxH, dh_BxH, sums0), (dy_TxBxH, saved, xh_TxBx4H, m_TxBx1),
+      reverse=True, unroll=unroll)
+  dxh, da = outs[0], outs[-1]
+  if masked:
+    h_prev = saved[..., -H:]
+  else:
+    h_prev = jnp.concatenate([h0_BxH[None], y_TxBxH[:-1]], 0)
+  dw_Hx4H = h_prev.reshape(-1, H).T @ da.reshape(-1, 4 * H)
+  sums = [jnp.sum(s, 0) for s in sums]
+  db_4H = sums.pop(0)
+  dg_4H = dgx_4H = dg_H = db_H = None
+  if norm == 'layer':
+    dg_4H, dgx_4H = sums[:2]
+    sums = sums[2:]
+  if norm != 'none':
+    dg_H, db_H = sums
+  return (dxh, dgx_4H, db_4H, dw_Hx4H, dg_4H, dg_H, db_H, dc0, dh0, None)
+
+
+_lstm_scan.defvjp(_lstm_scan_fwd, _lstm_scan_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _rms_proj(x_TxBxI: Array, k_Ix4H: Array, eps: float) -> Array:
+  """RMSNorm(x @ k) without gain; with a centred k, that is LN(x @ k_raw)."""
+  return _rms_proj_fwd(x_TxBxI, k_Ix4H, eps)[0]
+
+
+def _rms_proj_fwd(x_TxBxI, k_Ix4H, eps):
+  xw = x_TxBxI @ k_Ix4H
+  r = _rsqrt_mean_square(xw, eps)
+  xh = xw * r
+  return xh, (x_TxBxI, k_Ix4H, xh, r)
+
+
+def _rms_proj_bwd(eps, res, d_TxBx4H):
+  x_TxBxI, k_Ix4H, xh, r = res
+  dxw = r * (d_TxBx4H - xh * _mean(xh * d_TxBx4H))
+  I = x_TxBxI.shape[-1]
+  dk = x_TxBxI.reshape(-1, I).T @ dxw.reshape(-1, dxw.shape[-1])
+  return dxw @ k_Ix4H.T, dk
+
+
+_rms_proj.defvjp(_rms_proj_fwd, _rms_proj_bwd)
+
+
+class LSTM(nn.Module):
+  """An LSTM layer over whole sequences: (*batch, T, in) -> (*batch, T, H).
+
+  ``norm`` selects the cell it computes, with that cell's parameter names,
+  shapes and initialisers: 'none' is ``LSTMCell`` (eqs. 17-19), 'layer' is
+  ``LNLSTMCell`` (eqs. 20-22), 'layer_c' is ``LayerNormCLSTMCell`` (eqs.
+  29-31, the DRAW variant). It equals ``Recurrent(cell)`` (without a mask,
+  ``nn.RNN(cell)``) on the same parameters up to float32 rounding, and trains
+  faster (BENCHMARKS.md). Stack modules for several layers.
+
+  ``mask`` (*batch, T) works as in ``Recurrent``: where it is False the carry
+  is frozen and the output is 0. ``initial_carry`` is ``(c, h)``, each
+  (*batch, H), zeros by default. Returns ``y``, or ``((c_T, h_T), y)`` with
+  ``return_carry``. ``dtype`` is the compute dtype (statistics accumulate in
+  at least float32); ``unroll`` goes to both scans (1 was fastest here).
+  """
+
+  features: int
+  norm: str = 'none'
+  eps: float = 1e-5
+  forget_bias: float = 0.0
+  return_carry: bool = False
+  unroll: int = 1
+  kernel_init: Initializer = default_kernel_init
+  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
+  bias_init: Initializer = initializers.zeros_init()
+  dtype: Dtype | None = None
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array | None = None, *,
+               initial_carry: tuple[Array, Array] | None = None):
+    if self.norm not in _NORMS:
+      raise ValueError(f'norm must be one of {_NORMS}, got {self.norm!r}')
+    if x.ndim < 2:
+      raise ValueError(f'input of shape {x.shape} has no time axis')
+    H, p, pd = self.features, self.param, self.param_dtype
+    batch_shape, (T, I) = x.shape[:-2], x.shape[-2:]
+    ones, zeros = initializers.ones_init(), initializers.zeros_init()
+    # Created in the cells' order.
+    k_x = p('kernel_x', _stacked(self.kernel_init, 4), (I, 4 * H), pd)
+    k_h = p('kernel_h', _stacked(self.recurrent_kernel_init, 4), (H, 4 * H),
+            pd)
+    g_h = g_x = g_c = b_c = None
+    if self.norm == 'layer':
+      g_h = p('gain_h', ones, (4 * H,), pd)
+      g_x = p('gain_x', ones, (4 * H,), pd)
+    b_4H = p('bias', _lstm_bias_init(self.bias_init, self.forget_bias),
+             (4 * H,), pd)
+    if self.norm != 'none':
+      g_c = p('gain_c', ones, (H,), pd)
+      b_c = p('bias_c', zeros, (H,), pd)
+
+    x_TxBxI = jnp.moveaxis(x.reshape((-1, T, I)), 1, 0)
+    B = x_TxBxI.shape[1]
+    x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H = promote_dtype(
+        x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H, dtype=self.dtype)
+    if self.norm == 'layer':
+      k_h = _center(k_h)
+      xh_TxBx4H = _rms_proj(x_TxBxI, _center(k_x), float(self.eps))
+    else:
+      xh_TxBx4H = x_TxBxI @ k_x
+
+    if mask is not None:
+      mask = jnp.asarray(mask, bool)
+      if mask.shape != x.shape[:-1]:
+        raise ValueError(f'mask has shape {mask.shape}; expected '
+                         f'{x.shape[:-1]} (batch..., time)')
+      mask = mask.reshape((B, T)).T
+    if initial_carry is None:
+      c0 = h0 = jnp.zeros((B, H), xh_TxBx4H.dtype)
+    else:
+      c0, h0 = (jnp.asarray(a, xh_TxBx4H.dtype).reshape((B, H))
+                for a in initial_carry)
+    y, c, h = _lstm_scan(self.norm, float(self.eps), self.unroll, xh_TxBx4H,
+                         g_x, b_4H, k_h, g_h, g_c, b_c, c0, h0, mask)
+    y = jnp.moveaxis(y, 0, 1).reshape(batch_shape + (T, H))
+    if not self.return_carry:
+      return y
+    return (c.reshape(batch_shape + (H,)), h.reshape(batch_shape + (H,))), y

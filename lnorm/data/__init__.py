@@ -15,6 +15,7 @@ from lnorm.data import mnist  # pylint: disable=g-import-not-at-top,wrong-import
 from lnorm.data.mnist import (  # pylint: disable=g-import-not-at-top,wrong-import-position
     DATA_DIR_ENV, DATASETS, DEFAULT_DATA_DIR, load, load_mnist, load_tfds,
     resolve_data_dir, split_train_valid)
+from lnorm.data import binarized_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 __all__ = [
     "DATA_DIR_ENV", "DATASETS", "DEFAULT_DATA_DIR", "DataError", "load",

@@ -1,0 +1,335 @@
+"""DRAW on binarized MNIST (section 6.4, Figure 4): the negative variational
+bound on the test set, in nats per image, with plain and layer-normalized LSTMs.
+
+As experiments/pi_mnist.py: the data set lives on the device (as uint8) and
+each epoch is one jitted ``lax.scan`` over its minibatches; the glimpses are a
+``scan`` inside the model. At the end, ``samples.png`` and ``canvas.png``
+(generated images, and the canvas building up glimpse by glimpse) go into the
+workdir.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax.training import train_state
+
+from experiments import workdir as wdir
+from experiments.errors import NonFiniteLossError, check, check_common
+from experiments.progress import Progress
+from lnorm.data import binarized_mnist
+from lnorm.draw import DRAW, NORMS, negative_bound
+
+SPLIT_IDS = {"valid": 0, "test": 1}  # each split's fixed evaluation noise stream
+
+
+class TrainState(train_state.TrainState):
+  epoch: jax.Array
+  # Static: the steps read T and Z from it to draw the noise.
+  model: DRAW = flax.struct.field(pytree_node=False, default=None)
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  check_common(config, NORMS)
+  check(config.data_source in binarized_mnist.SOURCES,
+        f"data_source={config.data_source!r} is not valid; choose one of: "
+        f"{', '.join(binarized_mnist.SOURCES)}")
+  check(config.num_train >= 0, f"num_train={config.num_train} must be 0 (all) or more")
+  check(config.num_eval >= 0, f"num_eval={config.num_eval} must be 0 (all) or more")
+  check(config.eval_batch_size >= 1, "eval_batch_size must be at least 1")
+  for field in ("num_glimpses", "features", "latent", "read_n", "write_n"):
+    check(config[field] >= 1, f"{field}={config[field]} is not valid; it must be at least 1")
+  check(config.eps > 0, f"eps={config.eps} must be > 0")
+  check(config.grad_clip_norm >= 0,
+        f"grad_clip_norm={config.grad_clip_norm} must be 0 (off) or more")
+
+
+def load_data(config) -> dict[str, np.ndarray]:
+  """Flattened uint8 {0, 1} pixels [N, 784] for train/valid/test."""
+  raw = binarized_mnist.load(config.data_source, config.data_dir)
+  out = {}
+  for split, x in raw.items():
+    keep = config.num_train if split == "train" else config.num_eval
+    x = x[:keep] if keep else x
+    out[split] = x.reshape(len(x), -1)
+  check(len(out["train"]) >= config.batch_size,
+        f"batch_size={config.batch_size} is larger than the {len(out['train'])} "
+        "training images")
+  return out
+
+
+def create_model(config) -> DRAW:
+  return _model(num_glimpses=config.num_glimpses, features=config.features,
+                latent=config.latent, read_n=config.read_n, write_n=config.write_n,
+                norm=config.norm, eps=config.eps)
+
+
+# One instance per distinct model (and per optimizer setting, below): jit keys
+# on the TrainState's static fields, and a bound method (apply_fn) compares its
+# instance by identity, so equal configs then share compiled steps.
+@functools.lru_cache(maxsize=None)
+def _model(**fields) -> DRAW:
+  return DRAW(**fields)
+
+
+# For functions run once per process: XLA's backend optimisations off halve
+# their compile time, and their run time is negligible either way.
+_RUN_ONCE = {"xla_backend_optimization_level": 0}
+
+
+@functools.partial(jax.jit, static_argnums=0, compiler_options=_RUN_ONCE)
+def _init_params(model: DRAW, rng: jax.Array) -> Any:
+  # Jitted: unjitted, init would run the glimpse scan op by op.
+  x = jnp.zeros((2, binarized_mnist.NUM_PIXELS), jnp.uint8)
+  return model.init(rng, x, jnp.zeros(model.noise_shape(2)))["params"]
+
+
+@functools.lru_cache(maxsize=None)
+def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTransformation:
+  """Adam, after global-norm clipping if ``grad_clip_norm``."""
+  tx = optax.adam(learning_rate)
+  if grad_clip_norm:
+    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
+  return tx
+
+
+def create_train_state(config, rng: jax.Array) -> TrainState:
+  model = create_model(config)
+  return TrainState.create(apply_fn=model.apply, params=_init_params(model, rng),
+                           tx=optimizer(config.learning_rate, config.grad_clip_norm),
+                           epoch=jnp.zeros((), jnp.int32), model=model)
+
+
+def bound_terms(state: TrainState, params: Any, x_BxD: jax.Array, eps_BxTxZ: jax.Array
+                ) -> tuple[jax.Array, jax.Array]:
+  """(reconstruction NLL [B], summed KL [B]) in nats."""
+  canvas_BxD, kl_TxB = state.apply_fn({"params": params}, x_BxD, eps_BxTxZ)
+  return negative_bound(canvas_BxD, kl_TxB, x_BxD)
+
+
+def train_step(state: TrainState, x_BxD: jax.Array, eps_BxTxZ: jax.Array
+               ) -> tuple[TrainState, jax.Array]:
+  """One Adam step on the mean bound; returns (state, [mean bound, mean KL])."""
+  def loss_fn(params):
+    recon_B, kl_B = bound_terms(state, params, x_BxD, eps_BxTxZ)
+    return jnp.mean(recon_B + kl_B), jnp.mean(kl_B)
+
+  (loss, kl), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  return state.apply_gradients(grads=grads), jnp.stack([loss, kl])
+
+
+@functools.partial(jax.jit, static_argnames="batch_size", donate_argnums=(0,))
+def train_epoch(state: TrainState, x_NxD: jax.Array, rng: jax.Array, batch_size: int
+                ) -> tuple[TrainState, jax.Array]:
+  """One shuffled pass (the last partial batch dropped); returns the mean
+  [bound, KL] over its minibatches."""
+  steps = x_NxD.shape[0] // batch_size
+  perm_key, noise_key = jax.random.split(rng)
+  idx_SxB = jax.random.permutation(perm_key, x_NxD.shape[0])[:steps * batch_size]
+  idx_SxB = idx_SxB.reshape(steps, batch_size)
+
+  def body(state, inputs):
+    s, idx_B = inputs
+    eps = jax.random.normal(jax.random.fold_in(noise_key, s),
+                            state.model.noise_shape(batch_size))
+    return train_step(state, x_NxD[idx_B], eps)
+
+  state, stats_Sx2 = jax.lax.scan(body, state, (jnp.arange(steps), idx_SxB))
+  return state.replace(epoch=state.epoch + 1), jnp.mean(stats_Sx2, 0)
+
+
+def eval_step(state: TrainState, x_BxD: jax.Array, keys_B: jax.Array, w_B: jax.Array
+              ) -> jax.Array:
+  """Sums of [bound, reconstruction, KL] over the chunk, weighted by ``w``."""
+  shape = state.model.noise_shape(1)[1:]
+  eps_BxTxZ = jax.vmap(lambda k: jax.random.normal(k, shape))(keys_B)
+  recon_B, kl_B = bound_terms(state, state.params, x_BxD, eps_BxTxZ)
+  return jnp.stack([jnp.sum(w_B * (recon_B + kl_B)), jnp.sum(w_B * recon_B),
+                    jnp.sum(w_B * kl_B)])
+
+
+@functools.partial(jax.jit, static_argnames="chunk")
+def evaluate(state: TrainState, x_NxD: jax.Array, key: jax.Array, chunk: int
+             ) -> dict[str, jax.Array]:
+  """Mean bound, reconstruction and KL over the whole split (one posterior
+  sample per image), in chunks of ``chunk`` images, the last partial one too.
+
+  Image i's noise comes from ``fold_in(key, i)``: the result does not depend
+  on ``chunk``, and the same key gives the same noise every epoch.
+  """
+  n = x_NxD.shape[0]
+  # The last chunk is padded with zero-weight images: one traced step, not two.
+  padded = -(-n // chunk) * chunk
+  x_PxD = jnp.pad(x_NxD, ((0, padded - n), (0, 0)))
+  keys_P = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(padded))
+  w_P = (jnp.arange(padded) < n).astype(jnp.float32)
+  sums_Cx3 = jax.lax.map(lambda b: eval_step(state, *b),
+                         (x_PxD.reshape(-1, chunk, x_NxD.shape[1]),
+                          keys_P.reshape(-1, chunk), w_P.reshape(-1, chunk)))
+  sums = jnp.sum(sums_Cx3, 0)
+  return {"bound": sums[0] / n, "recon": sums[1] / n, "kl": sums[2] / n}
+
+
+def sample_arrays(state: TrainState, key: jax.Array, num_samples: int = 100,
+                  num_canvas: int = 8) -> tuple[np.ndarray, np.ndarray]:
+  """Draws from the prior: (samples [num_samples, 28, 28], canvases
+  [num_canvas, T, 28, 28]), Bernoulli means sigmoid(c_t) in [0, 1].
+
+  The canvases are those of the first ``num_canvas`` samples after each
+  glimpse; their last column is the sample itself.
+  """
+  model = state.model
+  n = max(num_samples, num_canvas)
+  z_BxTxZ = jax.random.normal(key, model.noise_shape(n))
+  canvas_BxTxD = np.asarray(_generate(model, state.params, z_BxTxZ))
+  images = canvas_BxTxD.reshape(n, model.num_glimpses, *model.image_shape)
+  return images[:num_samples, -1], images[:num_canvas]
+
+
+@functools.partial(jax.jit, static_argnums=0, compiler_options=_RUN_ONCE)
+def _generate(model: DRAW, params: Any, z_BxTxZ: jax.Array) -> jax.Array:
+  return jax.nn.sigmoid(model.apply({"params": params}, z_BxTxZ, method=DRAW.generate))
+
+
+def tile(images_RxCxHxW: np.ndarray, gap: int = 1, fill: float = 0.5) -> np.ndarray:
+  """A 2-D mosaic of rows x columns of images, with ``gap`` pixels between."""
+  R, C, H, W = images_RxCxHxW.shape
+  out = np.full((R * (H + gap) - gap, C * (W + gap) - gap), fill, images_RxCxHxW.dtype)
+  for r in range(R):
+    for c in range(C):
+      out[r * (H + gap):r * (H + gap) + H, c * (W + gap):c * (W + gap) + W] = \
+          images_RxCxHxW[r, c]
+  return out
+
+
+def save_samples(state: TrainState, config, directory: str | Path, num_samples: int = 100,
+                 num_canvas: int = 8, num_columns: int = 16) -> tuple[Path, Path]:
+  """Writes ``samples.png`` (a grid of samples) and ``canvas.png`` (one row
+  per sample: the canvas after ``num_columns`` evenly spaced glimpses, the
+  last one included) into ``directory``; returns their paths."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  directory = Path(directory)
+  key = _keys(config.seed)["sample"]
+  samples, canvases = sample_arrays(state, key, num_samples, num_canvas)
+  side = int(np.ceil(np.sqrt(num_samples)))
+  padded = np.zeros((side * side, *samples.shape[1:]), samples.dtype)
+  padded[:num_samples] = samples
+  T = canvases.shape[1]
+  steps = np.unique(np.round(np.linspace(1, T, min(num_columns, T))).astype(int))
+  label = f"DRAW, norm={config.norm}, {T} glimpses"
+
+  fig, ax = plt.subplots(figsize=(6, 6.3))
+  ax.imshow(tile(padded.reshape(side, side, *samples.shape[1:])), cmap="gray",
+            vmin=0, vmax=1, interpolation="nearest")
+  ax.set_axis_off()
+  ax.set_title(f"{label}: samples (Bernoulli means)", fontsize=9)
+  samples_path = directory / "samples.png"
+  fig.savefig(samples_path, dpi=100, bbox_inches="tight")
+  plt.close(fig)
+
+  H, W = canvases.shape[2:]
+  fig, ax = plt.subplots(figsize=(0.6 * len(steps) + 0.5, 0.6 * num_canvas + 0.8))
+  ax.imshow(tile(canvases[:, steps - 1]), cmap="gray", vmin=0, vmax=1,
+            interpolation="nearest")
+  ax.set_xticks((np.arange(len(steps)) * (W + 1) + W / 2), [str(t) for t in steps],
+                fontsize=7)
+  ax.set_yticks([])
+  ax.set_xlabel("glimpse t (canvas sigmoid(c_t))", fontsize=8)
+  ax.set_title(label, fontsize=9)
+  canvas_path = directory / "canvas.png"
+  fig.savefig(canvas_path, dpi=100, bbox_inches="tight")
+  plt.close(fig)
+  return samples_path, canvas_path
+
+
+def plot_figure4(runs: Mapping[str, str | Path], path: str | Path,
+                 metric: str = "test_bound") -> Path:
+  """Figure 4: ``metric`` against epochs for each {label: workdir}, from
+  their metrics.jsonl; returns ``path``."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for label, wd in runs.items():
+    records = [json.loads(l) for l in (Path(wd) / "metrics.jsonl").read_text().splitlines()
+               if l.strip()]
+    ax.plot([r["epoch"] for r in records], [r[metric] for r in records], label=label)
+  ax.set_xlabel("epoch")
+  ax.set_ylabel(f"{metric.replace('_', ' ')} (nats)")
+  ax.set_title("DRAW on binarized MNIST (paper Figure 4)")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.savefig(path, dpi=120, bbox_inches="tight")
+  plt.close(fig)
+  return Path(path)
+
+
+def _keys(seed: int) -> dict[str, jax.Array]:
+  """Independent streams: init, per-epoch training, evaluation, samples."""
+  return dict(zip(("init", "train", "eval", "sample"),
+                  jax.random.split(jax.random.key(seed), 4)))
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
+  validate(config)
+  data = load_data(config)
+  wd = wdir.prepare(workdir, config)
+  x_tr = jnp.asarray(data["train"])
+  splits = {s: jnp.asarray(data[s]) for s in SPLIT_IDS}
+  steps_per_epoch = len(x_tr) // config.batch_size
+
+  keys = _keys(config.seed)
+  state = create_train_state(config, keys["init"])
+  t0 = time.perf_counter()
+  # Lowered before restoring: restored arrays are committed to a device, which
+  # would give a different lowering than a fresh run's and miss the cache.
+  run_epoch = train_epoch.lower(state, x_tr, keys["train"], batch_size=config.batch_size
+                                ).compile()
+  print(f"compiled the epoch step in {time.perf_counter() - t0:.1f}s", flush=True)
+  mngr = wdir.checkpoint_manager(wd)
+  state, step = wdir.restore_latest(mngr, state)
+  writer = wdir.MetricsWriter(wd, resume_step=step)
+  progress = Progress(config.num_epochs * steps_per_epoch, step, config.batch_size)
+  for epoch in range(int(state.epoch) + 1, config.num_epochs + 1):
+    t0 = time.perf_counter()
+    # Shuffle and noise depend only on (seed, epoch): a resumed run sees the same.
+    state, stats = run_epoch(state, x_tr, jax.random.fold_in(keys["train"], epoch))
+    train_bound, train_kl = (float(v) for v in stats)
+    dt = time.perf_counter() - t0
+    step = epoch * steps_per_epoch
+    if not np.isfinite(train_bound):
+      last = mngr.latest_step()
+      mngr.close()
+      raise NonFiniteLossError(
+          f"training bound is {train_bound} in epoch {epoch}; stopped. The last good "
+          f"checkpoint (step {last}) is kept in {wd / 'checkpoints'}")
+    metrics = {"train_bound": train_bound, "train_kl": train_kl, "epoch_time_s": dt,
+               "examples_per_sec": steps_per_epoch * config.batch_size / dt}
+    for split, x in splits.items():
+      m = evaluate(state, x, jax.random.fold_in(keys["eval"], SPLIT_IDS[split]),
+                   min(config.eval_batch_size, len(x)))
+      metrics |= {f"{split}_{k}": float(v) for k, v in m.items()}
+    # Metrics first, then the checkpoint: a run killed in between rewrites the
+    # metrics line on resume instead of losing it.
+    writer.write(step, epoch, metrics)
+    wdir.save(mngr, step, state)
+    progress.report(step, epoch, config.num_epochs, train_bound=train_bound,
+                    valid_bound=metrics["valid_bound"], test_bound=metrics["test_bound"])
+  writer.close()
+  mngr.close()
+  save_samples(state, config, wd)
+  return state

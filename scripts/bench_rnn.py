@@ -1,0 +1,477 @@
+"""Times LSTM training steps: lnorm's LSTM and cells against PyTorch.
+
+Usage::
+
+    python -m scripts.bench_rnn [--shapes short,handwriting,draw] [--repeats N]
+        [--torch-threads N] [--candidates NAME,...] [--no-check]
+
+For each shape it times one training step, forward and backward, side by
+side in this one process: the gradient of ``sum(y * dy)`` (``dy`` a fixed
+random cotangent, y the top layer's outputs) with respect to every
+parameter. Shapes (T steps, batch B, H units, I inputs, L stacked layers):
+
+* ``short``: T=100, B=8, H=400, I=3, L=1 (the issue's measurement);
+* ``handwriting``: T=500, B=8, H=400, I=3, L=3 (Graves' handwriting model,
+  the paper's section 6.4);
+* ``draw``: T=64, B=128, H=256, I=256, L=1 (DRAW's LSTM size; I is ours).
+
+Candidates (``--candidates`` picks some by name):
+
+* ``LSTM(none)``, ``LSTM(layer)``, ``LSTM(layer_c)``: ``lnorm.recurrent.LSTM``
+  (the sequence module; 'layer_c' is the DRAW variant), L modules stacked;
+* ``RNN(LSTMCell)``, ``RNN(LNLSTMCell)``, ``RNN(LayerNormCLSTMCell)``,
+  ``RNN(GRUCell)``, ``RNN(LNGRUCell)``: the cells under ``flax.linen.RNN``;
+* ``torch LSTM``: ``torch.nn.LSTM(num_layers=L)`` (fused; oneDNN on CPU,
+  cuDNN on a GPU);
+* ``torch LN-LSTM``: eqs. 20-22 in eager PyTorch, one Python loop over time
+  per layer, with W_x x and its layer norm computed for all steps first.
+
+JAX candidates are jitted as a whole and timed up to ``block_until_ready``;
+torch runs ``y.backward(dy)`` (and ``torch.cuda.synchronize()`` on a GPU).
+Every repeat takes one sample of each candidate in a fresh random order; a
+sample is the mean of enough back-to-back calls to last ``--sample-ms``
+(one call for most). The tables give the median sample (``--stat min``: the
+fastest) in ms, and ratios to ``LSTM(none)``, ``torch LSTM`` and ``torch
+LN-LSTM``. Before timing, ``--check`` (default) verifies that the LSTM
+candidates compute the same outputs and gradients from the same parameters.
+
+JAX runs on its default device and torch on CUDA when available, else the
+CPU; both are printed. ``--torch-threads N`` sets torch's intra-op threads:
+on a loaded CPU torch's default (one per core) can stall in its barriers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+import platform
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import flax
+import flax.linen as nn
+
+try:  # torch is optional
+  import torch
+  import torch.nn.functional as F
+except ImportError:  # pragma: no cover - depends on the environment
+  torch = None
+
+if __package__ in (None, ""):  # Run as `python scripts/bench_rnn.py`.
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lnorm import recurrent as R  # pylint: disable=wrong-import-position
+
+EPS = 1e-5
+SHAPES = {  # name: (T, B, H, I, L)
+    "short": (100, 8, 400, 3, 1),
+    "handwriting": (500, 8, 400, 3, 3),
+    "draw": (64, 128, 256, 256, 1),
+}
+SEQ = {"LSTM(none)": "none", "LSTM(layer)": "layer",
+       "LSTM(layer_c)": "layer_c"}
+CELLS = {"RNN(LSTMCell)": R.LSTMCell, "RNN(LNLSTMCell)": R.LNLSTMCell,
+         "RNN(LayerNormCLSTMCell)": R.LayerNormCLSTMCell,
+         "RNN(GRUCell)": R.GRUCell, "RNN(LNGRUCell)": R.LNGRUCell}
+# The cell each sequence candidate must agree with.
+SAME = {"LSTM(none)": "RNN(LSTMCell)", "LSTM(layer)": "RNN(LNLSTMCell)",
+        "LSTM(layer_c)": "RNN(LayerNormCLSTMCell)"}
+TORCH = ("torch LSTM", "torch LN-LSTM")
+ALL = tuple(SEQ) + tuple(CELLS) + TORCH
+BASES = ("LSTM(none)", "torch LSTM", "torch LN-LSTM")
+CHECK_STEPS = 50
+
+
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+# ----------------------------------------------------------------------------
+# JAX candidates. Each returns a zero-argument callable running one training
+# step to completion, and a callable returning (y, grads) for the check.
+
+
+class Stack(nn.Module):
+  """``layers`` copies of ``make()`` applied in turn, named layer0, ..."""
+
+  make: object
+  layers: int
+
+  @nn.compact
+  def __call__(self, x):
+    for l in range(self.layers):
+      x = self.make(name=f"layer{l}")(x)
+    return x
+
+
+def jax_step(model, params, x, dy):
+  """One jitted training step returning (y, grads): y is needed for the check
+  and costs one output buffer, so the timed call is the same function."""
+
+  def loss(p, x, dy):
+    y = model.apply({"params": p}, x)
+    return jnp.sum(y * dy), y
+
+  grad = jax.jit(jax.grad(loss, has_aux=True))
+  run = lambda: jax.block_until_ready(grad(params, x, dy))
+  outputs = lambda dy_check: grad(params, x, jnp.asarray(dy_check))[::-1]
+  return run, outputs
+
+
+def jax_candidates(names, shape, x, dy, seed):
+  T, B, H, I, L = shape
+  dev = jax.devices()[0]
+  x, dy = jax.device_put(x, dev), jax.device_put(dy, dev)
+  out, params = {}, {}
+  for name in (n for n in ALL if n in names):
+    if name in SEQ:
+      model = Stack(lambda name, n=SEQ[name]: R.LSTM(H, norm=n, name=name), L)
+      p = model.init(jax.random.key(seed), x)["params"]
+      params[name] = p
+    elif name in CELLS:
+      # parent=None: nn.RNN, not Stack, adopts the cell (as 'cell').
+      model = Stack(
+          lambda name, c=CELLS[name]: nn.RNN(c(H, parent=None), name=name), L)
+      seq = next((s for s, c in SAME.items() if c == name), None)
+      if seq in params:  # the same numbers as the sequence module
+        p = {k: {"cell": v} for k, v in params[seq].items()}
+      else:
+        p = model.init(jax.random.key(seed), x)["params"]
+    else:
+      continue
+    out[name] = jax_step(model, p, x, dy)
+  return out, params, str(dev)
+
+
+# ----------------------------------------------------------------------------
+# torch candidates.
+
+# lnorm's gates are (f, i, o, g); torch's are (i, f, g, o).
+_TORCH_ORDER = (1, 0, 3, 2)
+
+
+def _to_torch_gates(a, H):
+  """Reorders the last axis (4H) from lnorm's gate order to torch's."""
+  a = np.asarray(a)
+  return np.concatenate([a[..., k * H:(k + 1) * H] for k in _TORCH_ORDER], -1)
+
+
+def _from_torch_gates(a, H):
+  a = np.asarray(a)
+  out = [None] * 4
+  for j, k in enumerate(_TORCH_ORDER):
+    out[k] = a[..., j * H:(j + 1) * H]
+  return np.concatenate(out, -1)
+
+
+def _sync(device):
+  if device.type == "cuda":
+    torch.cuda.synchronize()
+
+
+def torch_lstm(shape, params, x, dy, device):
+  """``torch.nn.LSTM`` holding lnorm's LSTM(none) parameters (if given)."""
+  T, B, H, I, L = shape
+  lstm = torch.nn.LSTM(I, H, num_layers=L, batch_first=True).to(device)
+  if params is not None:
+    with torch.no_grad():
+      for l in range(L):
+        p = params[f"layer{l}"]
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
+        getattr(lstm, f"weight_ih_l{l}").copy_(
+            t(_to_torch_gates(p["kernel_x"], H).T))
+        getattr(lstm, f"weight_hh_l{l}").copy_(
+            t(_to_torch_gates(p["kernel_h"], H).T))
+        getattr(lstm, f"bias_ih_l{l}").copy_(t(_to_torch_gates(p["bias"], H)))
+        getattr(lstm, f"bias_hh_l{l}").zero_()
+  xt = torch.from_numpy(np.array(x)).to(device)
+  dyt = torch.from_numpy(np.array(dy)).to(device)
+
+  def step(dyt=dyt):
+    for q in lstm.parameters():
+      q.grad = None
+    y, _ = lstm(xt)
+    y.backward(dyt)
+    _sync(device)
+    return y
+
+  def outputs(dy_check):
+    y = step(torch.from_numpy(dy_check).to(device)).detach().cpu().numpy()
+    grads = {}
+    for l in range(L):
+      g = lambda n: getattr(lstm, f"{n}_l{l}").grad.cpu().numpy()
+      grads[f"layer{l}"] = {
+          "kernel_x": _from_torch_gates(g("weight_ih").T, H),
+          "kernel_h": _from_torch_gates(g("weight_hh").T, H),
+          "bias": _from_torch_gates(g("bias_ih"), H)}
+    return y, grads
+
+  return step, outputs
+
+
+def torch_ln_lstm(shape, params, x, dy, device, seed):
+  """Eqs. 20-22 in eager PyTorch, lnorm's parameter layout and gate order."""
+  T, B, H, I, L = shape
+  rng = np.random.default_rng(seed)
+  ps = []
+  for l in range(L):
+    n_in = I if l == 0 else H
+    if params is not None:
+      p = {k: np.asarray(v) for k, v in params[f"layer{l}"].items()}
+    else:
+      p = {"kernel_x": rng.standard_normal((n_in, 4 * H)) / np.sqrt(n_in),
+           "kernel_h": rng.standard_normal((H, 4 * H)) / np.sqrt(H),
+           "bias": np.zeros(4 * H), "gain_x": np.ones(4 * H),
+           "gain_h": np.ones(4 * H), "gain_c": np.ones(H),
+           "bias_c": np.zeros(H)}
+    ps.append({k: torch.tensor(np.asarray(v, np.float32), device=device,
+                               requires_grad=True) for k, v in p.items()})
+  xt = torch.from_numpy(np.array(x)).to(device)
+  dyt = torch.from_numpy(np.array(dy)).to(device)
+
+  def forward():
+    h_in = xt
+    for p in ps:
+      # W_x x and its LN for every step at once: they do not depend on h.
+      xz = F.layer_norm(h_in @ p["kernel_x"], (4 * H,), p["gain_x"], None,
+                        EPS) + p["bias"]
+      h = torch.zeros(B, H, device=device)
+      c = torch.zeros(B, H, device=device)
+      ys = []
+      for t in range(T):
+        z = F.layer_norm(h @ p["kernel_h"], (4 * H,), p["gain_h"], None,
+                         EPS) + xz[:, t]
+        f, i, o, g = z.chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(
+            F.layer_norm(c, (H,), p["gain_c"], p["bias_c"], EPS))
+        ys.append(h)
+      h_in = torch.stack(ys, 1)
+    return h_in
+
+  def step(dyt=dyt):
+    for p in ps:
+      for q in p.values():
+        q.grad = None
+    y = forward()
+    y.backward(dyt)
+    _sync(device)
+    return y
+
+  def outputs(dy_check):
+    y = step(torch.from_numpy(dy_check).to(device)).detach().cpu().numpy()
+    return y, {f"layer{l}": {k: v.grad.cpu().numpy() for k, v in p.items()}
+               for l, p in enumerate(ps)}
+
+  return step, outputs
+
+
+# ----------------------------------------------------------------------------
+
+
+def _assert_close(name, ref_name, got, ref, tol=2e-3):
+  """Agreement to ``tol`` of each array's largest entry.
+
+  Loose on purpose: float32 rounding differences grow over hundreds of LN-LSTM
+  steps (both our paths stay within ~1e-4 of float64 at the short shape).
+  """
+  (y, g), (y_ref, g_ref) = got, ref
+  y, y_ref = np.asarray(y), np.asarray(y_ref)
+  np.testing.assert_allclose(y, y_ref, rtol=tol,
+                             atol=tol * float(np.max(np.abs(y_ref))),
+                             err_msg=f"{name} vs {ref_name}: y")
+  flat = jax.tree_util.tree_flatten_with_path(g)[0]
+  ref_flat = dict(jax.tree_util.tree_flatten_with_path(g_ref)[0])
+  for path, a in flat:
+    r = np.asarray(ref_flat[path])
+    scale = float(np.max(np.abs(r))) + 1e-12
+    np.testing.assert_allclose(
+        np.asarray(a), r, rtol=tol, atol=tol * scale,
+        err_msg=f"{name} vs {ref_name}: gradient {jax.tree_util.keystr(path)}")
+
+
+def _strip_cell(tree):
+  """{'layer0': {'cell': p}} -> {'layer0': p}."""
+  return {k: v["cell"] for k, v in tree.items()}
+
+
+def check_agreement(outputs, dy, steps=CHECK_STEPS):
+  """The LSTM candidates compute the same thing from the same parameters.
+
+  Only the first ``steps`` outputs, and gradients from a cotangent that is
+  zero after them: over hundreds of steps the randomly initialised LN-LSTM is
+  chaotic, and float32 rounding alone (of either implementation, measured
+  against float64) changes later outputs by O(1).
+  """
+  dy = np.array(dy)
+  dy[:, steps:] = 0.0
+  checked = []
+  got = {}
+  for k, f in outputs.items():
+    y, g = f(dy)
+    got[k] = (np.asarray(y)[:, :steps], g)
+  for seq, cell in SAME.items():
+    if seq in got and cell in got:
+      y, g = got[cell]
+      _assert_close(seq, cell, got[seq], (y, _strip_cell(g)))
+      checked.append(f"{seq} = {cell}")
+  if "torch LSTM" in got and "LSTM(none)" in got:
+    _assert_close("torch LSTM", "LSTM(none)", got["torch LSTM"],
+                  got["LSTM(none)"])
+    checked.append("torch LSTM = LSTM(none)")
+  if "torch LN-LSTM" in got and "LSTM(layer)" in got:
+    _assert_close("torch LN-LSTM", "LSTM(layer)", got["torch LN-LSTM"],
+                  got["LSTM(layer)"])
+    checked.append("torch LN-LSTM = LSTM(layer)")
+  return checked
+
+
+def calibrate(fn, sample_s: float) -> int:
+  t0 = time.perf_counter()
+  fn()
+  once = max(time.perf_counter() - t0, 1e-7)
+  return max(1, int(sample_s / once))
+
+
+def bench_shape(shape, names, repeats, sample_s, stat, check, seed=0):
+  T, B, H, I, L = shape
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((B, T, I), dtype=np.float32)
+  dy = rng.standard_normal((B, T, H), dtype=np.float32)
+  jc, params, jax_dev = jax_candidates(names, shape, x, dy, seed)
+  cands = {k: v[0] for k, v in jc.items()}
+  outputs = {k: v[1] for k, v in jc.items()}
+  devices = {k: jax_dev for k in jc}
+  if torch is not None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if "torch LSTM" in names:
+      cands["torch LSTM"], outputs["torch LSTM"] = torch_lstm(
+          shape, params.get("LSTM(none)"), x, dy, device)
+      devices["torch LSTM"] = str(device)
+    if "torch LN-LSTM" in names:
+      cands["torch LN-LSTM"], outputs["torch LN-LSTM"] = torch_ln_lstm(
+          shape, params.get("LSTM(layer)"), x, dy, device, seed)
+      devices["torch LN-LSTM"] = str(device)
+
+  for fn in cands.values():  # compile and warm up
+    fn()
+  checked = check_agreement(outputs, dy) if check else []
+  numbers = {k: calibrate(fn, sample_s) for k, fn in cands.items()}
+
+  samples = {k: [] for k in cands}
+  keys = list(cands)
+  order_rng = np.random.default_rng(seed + 1)
+  for _ in range(repeats):
+    # A fresh random order per repeat: no candidate always runs first or
+    # right after the same other one.
+    for i in order_rng.permutation(len(keys)):
+      k = keys[i]
+      fn, n = cands[k], numbers[k]
+      t0 = time.perf_counter()
+      for _ in range(n):
+        fn()
+      samples[k].append((time.perf_counter() - t0) / n)
+  return {k: stat(v) * 1e3 for k, v in samples.items()}, devices, checked
+
+
+def print_table(shape_name, shape, ms, unit):
+  T, B, H, I, L = shape
+  print(f"### {shape_name}: T={T}, B={B}, H={H}, I={I}, layers={L}")
+  print()
+  bases = [b for b in BASES if b in ms]
+  head = ["candidate", f"fwd+bwd ({unit})"] + [f"/ {b}" for b in bases]
+  print("| " + " | ".join(head) + " |")
+  print("|---|" + "---:|" * (len(head) - 1))
+  for name in ALL:
+    if name in ms:
+      cells = [name, f"{ms[name]:.1f}"]
+      cells += [f"{ms[name] / ms[b]:.2f}" for b in bases]
+      print("| " + " | ".join(cells) + " |")
+  print()
+  goals = (("LSTM(layer)", "LSTM(none)", 1.15),
+           ("LSTM(layer)", "torch LSTM", 1.5),
+           ("LSTM(layer)", "torch LN-LSTM", 0.5))
+  for a, b, limit in goals:
+    if a in ms and b in ms:
+      r = ms[a] / ms[b]
+      verdict = "met" if r <= limit else "NOT met"
+      print(f"goal {a} / {b} <= {limit}: {r:.2f} ({verdict})")
+  print()
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--shapes", default="short,handwriting,draw",
+                 help="comma-separated names from: " + ", ".join(SHAPES))
+  p.add_argument("--repeats", type=int, default=10,
+                 help="samples per candidate (round-robin)")
+  p.add_argument("--candidates", default=",".join(ALL),
+                 help="comma-separated candidate names (default: all)")
+  p.add_argument("--sample-ms", type=float, default=20.0,
+                 help="target duration of one sample, in ms (default 20)")
+  p.add_argument("--stat", choices=("median", "min"), default="median")
+  p.add_argument("--torch-threads", type=int, default=None,
+                 help="torch.set_num_threads(N) (default: torch's own choice)")
+  p.add_argument("--check", action=argparse.BooleanOptionalAction,
+                 default=True, help="check agreement before timing")
+  args = p.parse_args(argv)
+  shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+  names = [c.strip() for c in args.candidates.split(",") if c.strip()]
+  for s in shapes:
+    if s not in SHAPES:
+      p.error(f"unknown shape {s!r}; choose from {', '.join(SHAPES)}")
+  for c in names:
+    if c not in ALL:
+      p.error(f"unknown candidate {c!r}; choose from {', '.join(ALL)}")
+  if torch is None:
+    names = [c for c in names if c not in TORCH]
+  elif args.torch_threads:
+    torch.set_num_threads(args.torch_threads)
+
+  import jaxlib
+  print(f"python {platform.python_version()}, jax {jax.__version__}, "
+        f"jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
+        f"torch {torch.__version__ if torch is not None else 'not installed'}")
+  print(f"jax backend: {jax.default_backend()}, devices: {jax.devices()}")
+  print(f"host CPU: {cpu_model()}, {len(os.sched_getaffinity(0))} usable cores"
+        + (f", XLA_FLAGS={os.environ['XLA_FLAGS']}"
+           if os.environ.get("XLA_FLAGS") else ""))
+  if torch is not None:
+    print(f"torch threads: {torch.get_num_threads()}, "
+          f"cuda: {torch.cuda.is_available()}")
+  print(f"repeats: {args.repeats}, sample ~{args.sample_ms} ms, statistic: "
+        f"{args.stat}, float32")
+  print()
+
+  t_start = time.perf_counter()
+  stat = statistics.median if args.stat == "median" else min
+  unit = "ms" if args.stat == "median" else "ms, min"
+  for s in shapes:
+    ms, devices, checked = bench_shape(SHAPES[s], names, args.repeats,
+                                       args.sample_ms * 1e-3, stat, args.check)
+    print("devices: " + ", ".join(
+        sorted({f"{'torch' if k.startswith('torch') else 'jax'} on {v}"
+                for k, v in devices.items()})))
+    if checked:
+      print(f"checked (first {CHECK_STEPS} steps): " + "; ".join(checked))
+    print()
+    print_table(s, SHAPES[s], ms, unit)
+  print(f"(timed in {time.perf_counter() - t_start:.0f} s)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
