@@ -4,6 +4,7 @@ r"""One command per table or figure of the paper.
   python scripts/reproduce.py fig6_lr  [--preset ...]   # learning-rate search for fig6
   python scripts/reproduce.py fig6     [--preset ...]   # Figure 6, permutation-invariant MNIST
   python scripts/reproduce.py convnet  [--preset ...]   # section 6.7
+  python scripts/reproduce.py fig4     [--preset ...]   # Figure 4, DRAW on binarized MNIST
 
 Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<run>``
 (rerunning the command resumes there), then its config.json, metrics.jsonl
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -142,6 +144,55 @@ def convnet(args) -> None:
   print(md)
 
 
+DRAW_NAMES = {"none": "Baseline", "layer": "LN (eqs. 29-31)",
+              "layer_full": "full LN-LSTM (eqs. 20-22)"}
+
+
+def fig4(args) -> None:
+  """The paper's two runs, and the full LN-LSTM beside them (not in the paper)."""
+  from experiments import draw  # pylint: disable=g-import-not-at-top
+  records = {norm: run(args, "configs/draw.py", norm, {"norm": norm},
+                       keep=("samples.png", "canvas.png")) for norm in DRAW_NAMES}
+  draw.plot_figure4({DRAW_NAMES[n]: out_dir(args) / n for n in records},
+                    out_dir(args) / "fig4.png")
+  # Convergence: epochs each run needs to reach the baseline's final bound
+  # (and a few rounder bounds above it).
+  base_final = records["none"]["metrics"][-1]["test_bound"]
+  top = 10 * math.ceil(max(r["metrics"][-1]["test_bound"] for r in records.values()) / 10)
+  marks = [base_final, top, top + 10, top + 30]
+  c = records["none"]["config"]
+  md = header(args, list(records.values()), "Figure 4: DRAW on binarized MNIST")
+  md += (f"Setting: {c['num_glimpses']} glimpses, {c['features']} LSTM units, latent "
+         f"{c['latent']}, batch {c['batch_size']}, Adam {c['learning_rate']:g}, "
+         f"{c['num_epochs']} epochs. Bound: nats per image on all test images, one "
+         "posterior sample each.\n\n![Figure 4](fig4.png)\n\n"
+         "| run | final test bound | best test bound | final valid bound | final train bound "
+         "| wall time (s) | train examples/s (median epoch) |\n|---|---|---|---|---|---|---|\n")
+  for n, r in records.items():
+    m = r["metrics"]
+    wall = m[-1]["wall_time"] - m[0]["wall_time"] + m[0]["epoch_time_s"]
+    rate = sorted(x["examples_per_sec"] for x in m)[len(m) // 2]
+    md += (f"| {DRAW_NAMES[n]} | {m[-1]['test_bound']:.2f} | "
+           f"{min(x['test_bound'] for x in m):.2f} | {m[-1]['valid_bound']:.2f} | "
+           f"{m[-1]['train_bound']:.2f} | {wall:.0f} | {rate:,.0f} |\n")
+  md += "\nEpochs to reach a test bound (the first is the baseline's final bound):\n\n"
+  md += "| run | " + " | ".join(f"<= {b:.1f}" for b in marks) + " |\n"
+  md += "|---|" + "---|" * len(marks) + "\n"
+  md += "".join(f"| {DRAW_NAMES[n]} | " + " | ".join(
+      _epochs_to(r["metrics"], "test_bound", b) for b in marks) + " |\n"
+      for n, r in records.items())
+  md += "\nTest bound by epoch:\n\n| epoch | " + " | ".join(DRAW_NAMES[n] for n in records)
+  md += " |\n|---|" + "---|" * len(records) + "\n"
+  for i in range(max(len(r["metrics"]) for r in records.values())):
+    md += f"| {i + 1} | " + " | ".join(
+        f"{r['metrics'][i]['test_bound']:.2f}" if i < len(r["metrics"]) else ""
+        for r in records.values()) + " |\n"
+  md += "\nSamples from the prior (Bernoulli means), per run: `<run>/samples.png`; the "
+  md += "canvas building up glimpse by glimpse: `<run>/canvas.png`.\n"
+  (out_dir(args) / "results.md").write_text(md)
+  print(md)
+
+
 def plot_curves(records: dict, path: Path, title: str, panel, label) -> None:
   """Per panel (a row): training NLL on a log scale and test error, by epoch."""
   import matplotlib
@@ -168,7 +219,8 @@ def plot_curves(records: dict, path: Path, title: str, panel, label) -> None:
   plt.close(fig)
 
 
-TARGETS = {"table1": table1, "fig6_lr": fig6_lr, "fig6": fig6, "convnet": convnet}
+TARGETS = {"table1": table1, "fig6_lr": fig6_lr, "fig6": fig6, "convnet": convnet,
+           "fig4": fig4}
 
 
 def main(argv: list[str] | None = None) -> None:
