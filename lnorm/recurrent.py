@@ -97,15 +97,41 @@ def _lstm_update(z_Bx4H: Array, c_BxH: Array) -> tuple[Array, Array]:
   return c_new, jax.nn.sigmoid(o)
 
 
+def _ln_c_output(mod: nn.Module, z_Bx4H: Array, c_BxH: Array
+                 ) -> tuple[tuple[Array, Array], Array]:
+  """Eqs. 21-22 / 30-31, with params ``gain_c`` (init 1) and ``bias_c`` (init 0)."""
+  H = mod.features
+  g_c = mod.param('gain_c', initializers.ones_init(), (H,), mod.param_dtype)
+  b_c = mod.param('bias_c', initializers.zeros_init(), (H,), mod.param_dtype)
+  c_BxH, o_BxH = _lstm_update(z_Bx4H, c_BxH)
+  h_BxH = o_BxH * jnp.tanh(layer_norm(c_BxH, g_c, b_c, eps=mod.eps))
+  return (c_BxH, h_BxH), h_BxH
+
+
 class _CellMixin:
-  """Shared carry shape bookkeeping (no fields: flax dataclass field order)."""
+  """Shared carry bookkeeping (no fields: flax dataclass field order). The
+  default carry is one zero state ``h``."""
 
   @property
   def num_feature_axes(self) -> int:
     return 1
 
+  @nn.nowrap
+  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]) -> Carry:
+    return _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
 
-class LSTMCell(_CellMixin, nn.RNNCellBase):
+
+class _LSTMCarryMixin(_CellMixin):
+  """The carry ``(c, h)`` of the LSTM cells, zeros at the start."""
+
+  @nn.nowrap
+  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
+                       ) -> tuple[Array, Array]:
+    z = _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
+    return (z, z)
+
+
+class LSTMCell(_LSTMCarryMixin, nn.RNNCellBase):
   """Plain LSTM, eqs. 17-19.
 
       (f, i, o, g) = W_h h_{t-1} + W_x x_t + b                 (17)
@@ -136,14 +162,8 @@ class LSTMCell(_CellMixin, nn.RNNCellBase):
     h_BxH = o_BxH * jnp.tanh(c_BxH)
     return (c_BxH, h_BxH), h_BxH
 
-  @nn.nowrap
-  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
-                       ) -> tuple[Array, Array]:
-    z = _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
-    return (z, z)
 
-
-class LNLSTMCell(_CellMixin, nn.RNNCellBase):
+class LNLSTMCell(_LSTMCarryMixin, nn.RNNCellBase):
   """Layer-normalized LSTM, eqs. 20-22.
 
       (f, i, o, g) = LN(W_h h_{t-1}; a1, b1) + LN(W_x x_t; a2, b2) + b   (20)
@@ -172,30 +192,20 @@ class LNLSTMCell(_CellMixin, nn.RNNCellBase):
     c_BxH, h_BxH = carry
     H = self.features
     wx_Bx4H, wh_Bx4H = _kernels(self, x, h_BxH, 4)
-    ones, zeros = initializers.ones_init(), initializers.zeros_init()
+    ones = initializers.ones_init()
     g_h = self.param('gain_h', ones, (4 * H,), self.param_dtype)
     g_x = self.param('gain_x', ones, (4 * H,), self.param_dtype)
     # b1, b2 and b of eq. 20 are only ever summed: one bias is the same model
     # with fewer parameters.
     b_4H = self.param('bias', _lstm_bias_init(self.bias_init, self.forget_bias),
                       (4 * H,), self.param_dtype)
-    g_c = self.param('gain_c', ones, (H,), self.param_dtype)
-    b_c = self.param('bias_c', zeros, (H,), self.param_dtype)
     z_Bx4H = (layer_norm(wh_Bx4H, g_h, eps=self.eps)
               + layer_norm(wx_Bx4H, g_x, eps=self.eps)
               + _row(b_4H, wx_Bx4H.ndim))
-    c_BxH, o_BxH = _lstm_update(z_Bx4H, c_BxH)
-    h_BxH = o_BxH * jnp.tanh(layer_norm(c_BxH, g_c, b_c, eps=self.eps))
-    return (c_BxH, h_BxH), h_BxH
-
-  @nn.nowrap
-  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
-                       ) -> tuple[Array, Array]:
-    z = _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
-    return (z, z)
+    return _ln_c_output(self, z_Bx4H, c_BxH)
 
 
-class LayerNormCLSTMCell(_CellMixin, nn.RNNCellBase):
+class LayerNormCLSTMCell(_LSTMCarryMixin, nn.RNNCellBase):
   """The DRAW experiment's LSTM, eqs. 29-31: LN on the cell state only.
 
       (f, i, o, g) = W_h h_{t-1} + W_x x_t + b                 (29)
@@ -223,19 +233,8 @@ class LayerNormCLSTMCell(_CellMixin, nn.RNNCellBase):
     wx_Bx4H, wh_Bx4H = _kernels(self, x, h_BxH, 4)
     b_4H = self.param('bias', _lstm_bias_init(self.bias_init, self.forget_bias),
                       (4 * H,), self.param_dtype)
-    g_c = self.param('gain_c', initializers.ones_init(), (H,), self.param_dtype)
-    b_c = self.param('bias_c', initializers.zeros_init(), (H,),
-                     self.param_dtype)
     z_Bx4H = wh_Bx4H + wx_Bx4H + _row(b_4H, wx_Bx4H.ndim)
-    c_BxH, o_BxH = _lstm_update(z_Bx4H, c_BxH)
-    h_BxH = o_BxH * jnp.tanh(layer_norm(c_BxH, g_c, b_c, eps=self.eps))
-    return (c_BxH, h_BxH), h_BxH
-
-  @nn.nowrap
-  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
-                       ) -> tuple[Array, Array]:
-    z = _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
-    return (z, z)
+    return _ln_c_output(self, z_Bx4H, c_BxH)
 
 
 class GRUCell(_CellMixin, nn.RNNCellBase):
@@ -271,11 +270,6 @@ class GRUCell(_CellMixin, nn.RNNCellBase):
     hh_BxH = jnp.tanh(Wx_BxH + _row(b_c, Wx_BxH.ndim) + r_BxH * Uh_BxH)
     h_BxH = (1.0 - z_BxH) * h_BxH + z_BxH * hh_BxH
     return h_BxH, h_BxH
-
-  @nn.nowrap
-  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
-                       ) -> Array:
-    return _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
 
 
 class LNGRUCell(_CellMixin, nn.RNNCellBase):
@@ -326,11 +320,6 @@ class LNGRUCell(_CellMixin, nn.RNNCellBase):
     h_BxH = (1.0 - z_BxH) * h_BxH + z_BxH * hh_BxH
     return h_BxH, h_BxH
 
-  @nn.nowrap
-  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
-                       ) -> Array:
-    return _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
-
 
 class RNNCell(_CellMixin, nn.RNNCellBase):
   """Plain RNN: h_t = f(W_hh h_{t-1} + W_xh x_t + b). Carry and output ``h``."""
@@ -349,11 +338,6 @@ class RNNCell(_CellMixin, nn.RNNCellBase):
     b_H = self.param('bias', self.bias_init, (self.features,), self.param_dtype)
     h_BxH = self.activation(wh_BxH + wx_BxH + _row(b_H, wx_BxH.ndim))
     return h_BxH, h_BxH
-
-  @nn.nowrap
-  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
-                       ) -> Array:
-    return _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
 
 
 class LNRNNCell(_CellMixin, nn.RNNCellBase):
@@ -381,11 +365,6 @@ class LNRNNCell(_CellMixin, nn.RNNCellBase):
     b_H = self.param('bias', self.bias_init, (H,), self.param_dtype)
     h_BxH = self.activation(layer_norm(wh_BxH + wx_BxH, g_H, b_H, eps=self.eps))
     return h_BxH, h_BxH
-
-  @nn.nowrap
-  def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
-                       ) -> Array:
-    return _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
 
 
 class BNLSTMCell(_CellMixin, nn.RNNCellBase):

@@ -32,7 +32,6 @@ machine torch's default, one thread per core, can stall in its barriers).
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 import platform
 import statistics
@@ -56,6 +55,7 @@ if __package__ in (None, ""):  # Run as `python scripts/bench_norm.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lnorm.normalization import layer_norm  # pylint: disable=wrong-import-position
+from scripts.bench_timing import host_line, interleaved_samples  # pylint: disable=wrong-import-position
 
 EPS = 1e-5
 DEFAULT_SHAPES = "128x1000,8x400,4096x1024"
@@ -70,17 +70,6 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
   if not shapes:
     raise argparse.ArgumentTypeError("no shapes given")
   return shapes
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
 
 
 # ----------------------------------------------------------------------------
@@ -166,15 +155,6 @@ def check_agreement(cands):
       np.testing.assert_allclose(np.asarray(a), r, rtol=1e-3, atol=2e-3 * scale)
 
 
-def calibrate(fn, sample_s: float) -> int:
-  """Calls per sample so that one sample lasts about ``sample_s``."""
-  fn()
-  t0 = time.perf_counter()
-  fn()
-  once = max(time.perf_counter() - t0, 1e-7)
-  return max(1, int(sample_s / once))
-
-
 def bench_shape(shape, repeats: int, sample_s: float, stat=statistics.median,
                 seed: int = 0):
   rng = np.random.default_rng(seed)
@@ -195,22 +175,7 @@ def bench_shape(shape, repeats: int, sample_s: float, stat=statistics.median,
     fn()
     fn()
   check_agreement(cands)
-  numbers = {k: calibrate(fn, sample_s) for k, fn in cands.items()}
-
-  samples = {k: [] for k in cands}
-  keys = list(cands)
-  order_rng = np.random.default_rng(seed + 1)
-  for _ in range(repeats):
-    # A fresh random order each repeat: no candidate always runs first, or
-    # always right after the same other one (torch's OpenMP threads, for one,
-    # keep spinning for a while after a call and slow down whatever follows).
-    order = [keys[i] for i in order_rng.permutation(len(keys))]
-    for k in order:
-      fn, n = cands[k], numbers[k]
-      t0 = time.perf_counter()
-      for _ in range(n):
-        fn()
-      samples[k].append((time.perf_counter() - t0) / n)
+  samples = interleaved_samples(cands, repeats, sample_s, seed)
   med = {k: stat(v) * 1e6 for k, v in samples.items()}
   return med, devices
 
@@ -237,7 +202,7 @@ def main(argv=None) -> int:
         f"jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
         f"torch {torch.__version__ if torch is not None else 'not installed'}")
   print(f"jax backend: {jax.default_backend()}, devices: {jax.devices()}")
-  print(f"host CPU: {cpu_model()}, {len(os.sched_getaffinity(0))} usable cores")
+  print(host_line())
   if torch is not None:
     print(f"torch threads: {torch.get_num_threads()}")
   print(f"repeats: {args.repeats}, sample ~{args.sample_ms} ms, statistic: "

@@ -43,7 +43,6 @@ on a loaded CPU torch's default (one per core) can stall in its barriers.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 import platform
 import statistics
@@ -67,6 +66,7 @@ if __package__ in (None, ""):  # Run as `python scripts/bench_rnn.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lnorm import recurrent as R  # pylint: disable=wrong-import-position
+from scripts.bench_timing import host_line, interleaved_samples  # pylint: disable=wrong-import-position
 
 EPS = 1e-5
 SHAPES = {  # name: (T, B, H, I, L)
@@ -86,17 +86,6 @@ TORCH = ("torch LSTM", "torch LN-LSTM")
 ALL = tuple(SEQ) + tuple(CELLS) + TORCH
 BASES = ("LSTM(none)", "torch LSTM", "torch LN-LSTM")
 CHECK_STEPS = 50
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
 
 
 # ----------------------------------------------------------------------------
@@ -339,13 +328,6 @@ def check_agreement(outputs, dy, steps=CHECK_STEPS):
   return checked
 
 
-def calibrate(fn, sample_s: float) -> int:
-  t0 = time.perf_counter()
-  fn()
-  once = max(time.perf_counter() - t0, 1e-7)
-  return max(1, int(sample_s / once))
-
-
 def bench_shape(shape, names, repeats, sample_s, stat, check, seed=0):
   T, B, H, I, L = shape
   rng = np.random.default_rng(seed)
@@ -369,21 +351,7 @@ def bench_shape(shape, names, repeats, sample_s, stat, check, seed=0):
   for fn in cands.values():  # compile and warm up
     fn()
   checked = check_agreement(outputs, dy) if check else []
-  numbers = {k: calibrate(fn, sample_s) for k, fn in cands.items()}
-
-  samples = {k: [] for k in cands}
-  keys = list(cands)
-  order_rng = np.random.default_rng(seed + 1)
-  for _ in range(repeats):
-    # A fresh random order per repeat: no candidate always runs first or
-    # right after the same other one.
-    for i in order_rng.permutation(len(keys)):
-      k = keys[i]
-      fn, n = cands[k], numbers[k]
-      t0 = time.perf_counter()
-      for _ in range(n):
-        fn()
-      samples[k].append((time.perf_counter() - t0) / n)
+  samples = interleaved_samples(cands, repeats, sample_s, seed)
   return {k: stat(v) * 1e3 for k, v in samples.items()}, devices, checked
 
 
@@ -446,9 +414,7 @@ def main(argv=None) -> int:
         f"jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
         f"torch {torch.__version__ if torch is not None else 'not installed'}")
   print(f"jax backend: {jax.default_backend()}, devices: {jax.devices()}")
-  print(f"host CPU: {cpu_model()}, {len(os.sched_getaffinity(0))} usable cores"
-        + (f", XLA_FLAGS={os.environ['XLA_FLAGS']}"
-           if os.environ.get("XLA_FLAGS") else ""))
+  print(host_line())
   if torch is not None:
     print(f"torch threads: {torch.get_num_threads()}, "
           f"cuda: {torch.cuda.is_available()}")

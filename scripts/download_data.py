@@ -29,7 +29,7 @@ import zlib
 if __package__ in (None, ""):  # Run as `python scripts/download_data.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lnorm.data import mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lnorm.data import binarized_mnist, mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _TIMEOUT_S = 60
 _CHUNK = 1 << 20
@@ -56,17 +56,10 @@ DATASETS: dict[str, Dataset] = {
                  "master/data/fashion/",
                  "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"),
         digests=_idx_digests("fashion_mnist"), algorithm="md5"),
-    # Larochelle & Murray's fixed binarization; digests as in TFDS's checksums.tsv.
+    # Larochelle & Murray's fixed binarization.
     "binarized_mnist": Dataset(
         mirrors=("http://www.cs.toronto.edu/~larocheh/public/datasets/binarized_mnist/",),
-        digests={
-            "binarized_mnist_train.amat":
-                "ad693b29f94c14277b095f5238ddefbbdaaae0939789dd2f4f0205278cee3e4d",
-            "binarized_mnist_valid.amat":
-                "1de3d397c40fe8eeb33dafd4099a1f665ec01e96d9be234aaeeac8a34930e2e2",
-            "binarized_mnist_test.amat":
-                "e6687bfea3f820c174f33b7865140b2a2dd2930ef786f35d45795fc193b5ab2c",
-        },
+        digests=dict(binarized_mnist.SHA256),
         algorithm="sha256"),
 }
 

@@ -6,10 +6,6 @@ Data are tiny random binary images written here; nothing is downloaded and
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +17,9 @@ from experiments import draw as draw_exp
 from experiments.errors import ConfigError, NonFiniteLossError
 from lnorm import draw
 from lnorm.data import binarized_mnist as bm
+from tests.run_records import metrics, run_cli, without_timing
 from tests.test_binarized_mnist import write_amat
 
-REPO = Path(__file__).resolve().parent.parent
-TIMING = ("wall_time", "epoch_time_s", "examples_per_sec")
 LN2_784 = 784 * math.log(2)  # 543.43 nats: every pixel p = 1/2
 
 
@@ -216,14 +211,6 @@ def tiny(tmp_path, monkeypatch):
   return tiny_config(data_dir=str(tmp_path / "data"))
 
 
-def metrics(wd):
-  return [json.loads(l) for l in (Path(wd) / "metrics.jsonl").read_text().splitlines()]
-
-
-def without_timing(records):
-  return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
-
-
 def test_workdir_contents_and_resume(tiny, tmp_path):
   wd = tmp_path / "run"
   draw_exp.train_and_evaluate(tiny, str(wd))
@@ -298,11 +285,8 @@ def test_presets():
 
 def test_cli_rejects_unknown_norm(tmp_path):
   wd = tmp_path / "run"
-  r = subprocess.run([sys.executable, "-m", "experiments.main",
-                      "--config=configs/draw.py:smoke", f"--workdir={wd}",
-                      "--config.norm=batch"], cwd=REPO, capture_output=True, text=True,
-                     env={**os.environ, "LNORM_DATA_DIR": str(tmp_path / "none")},
-                     timeout=300)
+  r = run_cli("--config=configs/draw.py:smoke", f"--workdir={wd}", "--config.norm=batch",
+              env={"LNORM_DATA_DIR": str(tmp_path / "none")})
   assert r.returncode == 2
   assert r.stderr.strip() == ("error: norm='batch' is not valid; choose one of: none, "
                               "layer, layer_full")

@@ -17,7 +17,7 @@ import pytest
 
 from lnorm.data import DataError, mnist
 from scripts import download_data
-from tests.tiny_data import idx_bytes, make_arrays, write_dataset
+from tests.tiny_data import idx_bytes, write_dataset
 
 # Read before the autouse fixture below clears it.
 REAL_DATA_DIR = os.environ.get(mnist.DATA_DIR_ENV, "")

@@ -6,7 +6,6 @@ import time
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,16 +15,9 @@ from configs import pi_mnist as pi_mnist_config
 from experiments import classifier, pi_mnist
 from experiments.errors import NonFiniteLossError
 from lnorm.data import mnist
+from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.tiny_data import write_dataset
 
-REPO = Path(__file__).resolve().parent.parent
-TIMING = ("wall_time", "epoch_time_s", "examples_per_sec")
-
-
-def run_cli(*args, env=None):
-  return subprocess.run([sys.executable, "-m", "experiments.main", *args], cwd=REPO,
-                        capture_output=True, text=True, env={**os.environ, **(env or {})},
-                        timeout=300)
 
 
 @pytest.fixture
@@ -37,14 +29,6 @@ def tiny(tmp_path, monkeypatch):
   c.data_dir, c.num_train, c.num_valid, c.hidden = str(tmp_path / "data"), 0, 40, (16, 8)
   c.batch_size, c.num_epochs, c.eval_batch_size = 32, 2, 16
   return c
-
-
-def metrics(wd):
-  return [json.loads(l) for l in (Path(wd) / "metrics.jsonl").read_text().splitlines()]
-
-
-def without_timing(records):
-  return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
 
 
 def test_workdir_contents_and_resume(tiny, tmp_path):

@@ -19,5 +19,6 @@ from lnorm.data import binarized_mnist  # pylint: disable=g-import-not-at-top,wr
 
 __all__ = [
     "DATA_DIR_ENV", "DATASETS", "DEFAULT_DATA_DIR", "DataError", "load",
-    "load_mnist", "load_tfds", "mnist", "resolve_data_dir", "split_train_valid",
+    "binarized_mnist", "load_mnist", "load_tfds", "mnist", "resolve_data_dir",
+    "split_train_valid",
 ]

@@ -1,0 +1,60 @@
+"""The timing harness that bench_norm.py and bench_rnn.py share."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from typing import Callable
+
+import numpy as np
+
+
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+def host_line() -> str:
+  xla = os.environ.get("XLA_FLAGS")
+  return (f"host CPU: {cpu_model()}, {len(os.sched_getaffinity(0))} usable cores"
+          + (f", XLA_FLAGS={xla}" if xla else ""))
+
+
+def calibrate(fn: Callable[[], object], sample_s: float) -> int:
+  """Calls per sample so that one sample lasts about ``sample_s``."""
+  fn()
+  t0 = time.perf_counter()
+  fn()
+  once = max(time.perf_counter() - t0, 1e-7)
+  return max(1, int(sample_s / once))
+
+
+def interleaved_samples(cands: dict[str, Callable[[], object]], repeats: int,
+                        sample_s: float, seed: int = 0) -> dict[str, list[float]]:
+  """Seconds per call: ``repeats`` samples of each candidate, interleaved.
+
+  Each repeat takes one sample of every candidate in a fresh random order, so
+  that a noisy neighbour slows them all alike and no candidate always runs
+  first or right after the same other one (torch's OpenMP threads, for one,
+  keep spinning for a while after a call and slow down whatever follows). A
+  sample is the mean of enough back-to-back calls to last about ``sample_s``.
+  """
+  numbers = {k: calibrate(fn, sample_s) for k, fn in cands.items()}
+  samples = {k: [] for k in cands}
+  keys = list(cands)
+  order_rng = np.random.default_rng(seed + 1)
+  for _ in range(repeats):
+    for i in order_rng.permutation(len(keys)):
+      fn, n = cands[keys[i]], numbers[keys[i]]
+      t0 = time.perf_counter()
+      for _ in range(n):
+        fn()
+      samples[keys[i]].append((time.perf_counter() - t0) / n)
+  return samples
