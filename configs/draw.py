@@ -12,18 +12,18 @@ Command (paper setting, one run each):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/draw.py --workdir runs/draw_ln --config.norm=layer
   (and --workdir runs/draw_base --config.norm=none)
+All variants and Figure 4: python scripts/reproduce.py fig4 [--preset cpu]
 Presets: ``:paper`` (default; 64 glimpses, 256 units, z 100, batch 128, 200
 epochs), ``:cpu`` (16 glimpses, 128 units, z 32, 20 epochs: LN against the
 baseline on a CPU), ``:smoke`` (one tiny epoch on 1,000 images, for tests).
-Runtime, measured on a 2-core CPU shared with other jobs (load 5-7, so slow
-and noisy; an idle machine is up to ~2x faster):
-  paper: train step 65-75 images/s: ~12 min of training and ~2-4 min of
-         evaluation an epoch, so ~2 days for 200 epochs per run (~4 days for
-         LN and baseline). One GPU: not measured; the 64-step scan of small
+Runtime on the 2-core CPU, idle (a loaded machine is up to ~2x slower):
+  paper: ~205 training images/s, so ~4 min of training and ~0.5 min of
+         evaluation an epoch: ~16 h for 200 epochs per run (~32 h for LN and
+         the baseline). One GPU: not measured; the 64-step scan of small
          matmuls is latency-bound, expect well under a minute an epoch.
-  cpu:   train step 250-950 images/s: 85-125 s an epoch with evaluation,
-         30-45 min per run. After 3 epochs we measured a test bound of 164.0
-         nats with LN and 174.2 for the baseline.
+  cpu:   970-1,220 training images/s: 15-19 min a run, evaluation included
+         (results/fig4/results.md). After 20 epochs: test bound 103.4 nats
+         with LN, 107.3 for the baseline.
   smoke: 25-60 s, most of it compiling.
 Paper's result (Figure 4 and text): test bound 82.09 nats with layer norm and
 82.36 for the baseline after 200 epochs, layer norm converging about twice as

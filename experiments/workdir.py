@@ -58,8 +58,9 @@ def prepare(workdir: str, config: ml_collections.ConfigDict) -> Path:
   wd = Path(workdir).resolve()
   cfg = json.loads(json.dumps(config.to_dict()))  # Tuples as JSON lists.
   old_path = wd / "config.json"
-  if old_path.exists():
-    old = json.loads(old_path.read_text()).get("config", {})
+  old_record = json.loads(old_path.read_text()) if old_path.exists() else None
+  if old_record is not None:
+    old = old_record.get("config", {})
     # A field the old run did not have was added to the code since: allowed.
     diff = sorted(k for k in old if k not in RESUMABLE_CHANGES and old[k] != cfg.get(k))
     if diff:
@@ -67,8 +68,17 @@ def prepare(workdir: str, config: ml_collections.ConfigDict) -> Path:
           f"workdir {wd} holds a run with a different config (fields: "
           f"{', '.join(diff)}); use a new --workdir or the same config")
   wd.mkdir(parents=True, exist_ok=True)
-  record = {"config": cfg, "git_commit": git_commit(), "versions": versions(),
-            "devices": [str(d) for d in jax.devices()]}
+  now = {"git_commit": git_commit(), "versions": versions(),
+         "devices": [str(d) for d in jax.devices()]}
+  if old_record is None:
+    record = {"config": cfg, **now}
+  else:
+    # The run belongs to the code that started it; a resume under other code
+    # or packages is recorded beside it, not over it.
+    record = {**old_record, "config": cfg}
+    seen = [{k: old_record.get(k) for k in now}, *old_record.get("resumed_with", [])]
+    if now != seen[-1]:
+      record["resumed_with"] = seen[1:] + [now]
   write_atomic(old_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
   return wd
 

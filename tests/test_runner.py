@@ -13,6 +13,7 @@ import pytest
 
 from configs import pi_mnist as pi_mnist_config
 from experiments import classifier, pi_mnist
+from experiments import workdir as wdir
 from experiments.errors import NonFiniteLossError
 from lnorm.data import mnist
 from tests.run_records import REPO, metrics, run_cli, without_timing
@@ -54,6 +55,19 @@ def test_workdir_contents_and_resume(tiny, tmp_path):
   assert without_timing(metrics(wd)) == without_timing(metrics(tmp_path / "fresh"))
   jax.tree.map(lambda a, b: None if jnp.array_equal(a, b) else pytest.fail("params differ"),
                state.params, fresh.params)
+
+
+def test_resume_keeps_the_commit_that_started_the_run(tmp_path, monkeypatch):
+  c = pi_mnist_config.get_config("smoke")
+  monkeypatch.setattr(wdir, "git_commit", lambda: "aaa")
+  wdir.prepare(str(tmp_path), c)
+  for commit in ("aaa", "bbb", "bbb", "ccc"):
+    monkeypatch.setattr(wdir, "git_commit", lambda commit=commit: commit)
+    c.num_epochs += 1
+    wdir.prepare(str(tmp_path), c)
+  record = json.loads((tmp_path / "config.json").read_text())
+  assert record["git_commit"] == "aaa" and record["config"]["num_epochs"] == c.num_epochs
+  assert [r["git_commit"] for r in record["resumed_with"]] == ["bbb", "ccc"]
 
 
 def test_resume_refuses_another_config(tiny, tmp_path):
