@@ -53,8 +53,10 @@ def out_dir(args) -> Path:
 
 def header(args, records: list[dict], title: str) -> str:
   commits = sorted({r["git_commit"] for r in records})
+  resumed = sorted({x["git_commit"] for r in records for x in r.get("resumed_with", [])})
   return (f"# {title}\n\nCommand: `python scripts/reproduce.py {args.target} --preset "
           f"{args.preset}`  \nCommit: {', '.join(commits)}  \n"
+          + (f"Resumed or re-read by: {', '.join(resumed)}  \n" if resumed else "") +
           f"Versions: {json.dumps(records[0]['versions'])}\n\n")
 
 
