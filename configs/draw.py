@@ -22,7 +22,7 @@ Runtime on the 2-core CPU, idle (a loaded machine is up to ~2x slower):
          the baseline). One GPU: not measured; the 64-step scan of small
          matmuls is latency-bound, expect well under a minute an epoch.
   cpu:   970-1,220 training images/s: 15-19 min a run, evaluation included
-         (results/fig4/results.md). After 20 epochs: test bound 103.4 nats
+         (results/fig4_cpu/results.md). After 20 epochs: test bound 103.4 nats
          with LN, 107.3 for the baseline.
   smoke: 25-60 s, most of it compiling.
 Paper's result (Figure 4 and text): test bound 82.09 nats with layer norm and

@@ -8,8 +8,9 @@ r"""One command per table or figure of the paper.
 
 Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<run>``
 (rerunning the command resumes there), then its config.json, metrics.jsonl
-and outputs are copied into ``<results_dir>/<target>/`` beside a results.md
-that names the command and commit that made them.
+and outputs are copied into ``<results_dir>/<target>/`` (``<target>_<preset>/``
+for the cpu and smoke presets) beside a results.md that names the command and
+commit that made them.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def run(args, config: str, name: str, overrides: dict, keep=()) -> dict:
 
 
 def out_dir(args) -> Path:
-  return REPO / args.results_dir / args.target
+  """results/<target> for the paper preset, results/<target>_<preset> otherwise."""
+  suffix = "" if args.preset == "paper" else f"_{args.preset}"
+  return REPO / args.results_dir / f"{args.target}{suffix}"
 
 
 def header(args, records: list[dict], title: str) -> str:
