@@ -100,10 +100,16 @@ def _epochs_to(metrics: list[dict], key: str, threshold: float) -> str:
   return next((str(m["epoch"]) for m in metrics if m[key] <= threshold), "not reached")
 
 
+def _wall_and_rate(m: list[dict]) -> tuple[float, float]:
+  """Seconds from the first epoch's start to the last record (a resumed run
+  includes its pause), and the median epoch's training examples/s."""
+  wall = m[-1]["wall_time"] - m[0]["wall_time"] + m[0]["epoch_time_s"]
+  return wall, sorted(x["examples_per_sec"] for x in m)[len(m) // 2]
+
+
 def _summary_row(name: str, r: dict, extra: str) -> str:
   m = r["metrics"]
-  wall = m[-1]["wall_time"] - m[0]["wall_time"] + m[0]["epoch_time_s"]
-  rate = sorted(x["examples_per_sec"] for x in m)[len(m) // 2]
+  wall, rate = _wall_and_rate(m)
   return (f"| {name} | {extra}{m[-1]['test_error']:.4f} | "
           f"{min(x['test_error'] for x in m):.4f} | {_epochs_to(m, 'test_error', 0.02)} | "
           f"{m[-1]['train_nll']:.4f} | {wall:.0f} | {rate:,.0f} | "
@@ -175,8 +181,7 @@ def fig4(args) -> None:
          "| wall time (s) | train examples/s (median epoch) |\n|---|---|---|---|---|---|---|\n")
   for n, r in records.items():
     m = r["metrics"]
-    wall = m[-1]["wall_time"] - m[0]["wall_time"] + m[0]["epoch_time_s"]
-    rate = sorted(x["examples_per_sec"] for x in m)[len(m) // 2]
+    wall, rate = _wall_and_rate(m)
     md += (f"| {DRAW_NAMES[n]} | {m[-1]['test_bound']:.2f} | "
            f"{min(x['test_bound'] for x in m):.2f} | {m[-1]['valid_bound']:.2f} | "
            f"{m[-1]['train_bound']:.2f} | {wall:.0f} | {rate:,.0f} |\n")

@@ -20,7 +20,6 @@ from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.tiny_data import write_dataset
 
 
-
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
   """A data_dir with 240 training and 40 test images, and a matching config."""
