@@ -131,9 +131,9 @@ def _standardize_shift(xf: Array, axes: tuple[int, ...]) -> Array:
   return lax.stop_gradient(x0 + jnp.mean(blk - x0, axes, keepdims=True))
 
 
-def _standardize_moments(x: Array, axes: tuple[int, ...], eps: float
-                         ) -> tuple[Array, Array, Array]:
-  """One-pass shifted statistics of ``x`` over ``axes`` (keepdims, stat dtype).
+def _shifted_moments(xf: Array, axes: tuple[int, ...], eps: float
+                     ) -> tuple[Array, Array, Array]:
+  """One-pass shifted statistics of ``xf`` over ``axes`` (keepdims, stat dtype).
 
   Returns ``(shift, mean_d, rstd)``: with d = x - shift, ``mean_d = mean(d)``
   and ``rstd = 1 / sqrt(var + eps)``, ``var = mean(d^2) - mean_d^2``. Both
@@ -142,13 +142,47 @@ def _standardize_moments(x: Array, axes: tuple[int, ...], eps: float
   relative error of var stays a small multiple of float32 rounding, even far
   from zero (1e4 + N(0, 0.1): d = x - shift is exact by Sterbenz's lemma).
   """
-  xf = x.astype(stat_dtype(x.dtype))
   shift = _standardize_shift(xf, axes)
   d = xf - shift
   mean_d = jnp.mean(d, axes, keepdims=True)
   mean_d2 = jnp.mean(jnp.square(d), axes, keepdims=True)
   var = jnp.maximum(mean_d2 - jnp.square(mean_d), 0)
   return shift, mean_d, lax.rsqrt(var + eps)
+
+
+def _moments_cpu(xf: Array, axes: tuple[int, ...], eps: float
+                 ) -> tuple[Array, Array, Array]:
+  """``_shifted_moments``, with a fast path for well-conditioned inputs.
+
+  XLA:CPU runs row reductions as library kernels that need a materialised
+  input, so ``x - shift`` costs a full extra pass there. Unshifted sums read x
+  itself. They are used when every group has mean(x^2) <= (_SHIFT_FRACTION +
+  1) var: the same bound on cancellation that the shift guarantees (mean(d^2)
+  = var + mean_d^2), so the error bound is the same. The test is robust:
+  with cancellation error ~ rounding * mean(x^2), a computed var can pass it
+  only if the true ratio is within rounding of the bound. Any other input
+  (far from zero, constant rows) takes the shifted path.
+  """
+  mean = jnp.mean(xf, axes, keepdims=True)
+  mean_x2 = jnp.mean(jnp.square(xf), axes, keepdims=True)
+  var = jnp.maximum(mean_x2 - jnp.square(mean), 0)
+  ok = jnp.all(mean_x2 <= (_SHIFT_FRACTION + 1) * var)
+  return lax.cond(ok, lambda: (jnp.zeros_like(mean), mean, lax.rsqrt(var + eps)),
+                  lambda: _shifted_moments(xf, axes, eps))
+
+
+def _standardize_moments(x: Array, axes: tuple[int, ...], eps: float
+                         ) -> tuple[Array, Array, Array]:
+  """``(shift, mean_d, rstd)`` of x over ``axes``, in the stat dtype.
+
+  x_hat = ((x - shift) - mean_d) * rstd. ``_shifted_moments`` on GPU and TPU,
+  where the shift fuses into the reduction; ``_moments_cpu`` on CPU. (Under
+  vmap the CPU test becomes a select and both paths run.)
+  """
+  xf = x.astype(stat_dtype(x.dtype))
+  return lax.platform_dependent(
+      xf, cpu=functools.partial(_moments_cpu, axes=axes, eps=eps),
+      default=functools.partial(_shifted_moments, axes=axes, eps=eps))
 
 
 def _standardize_apply(x: Array, shift: Array, mean_d: Array, rstd: Array

@@ -77,6 +77,23 @@ def test_layer_norm_outlier_first_element():
   assert rel_err(N.layer_norm(x), ref) < 1e-4
 
 
+@pytest.mark.parametrize("ratio", [1.0, 30.0, 40.0, 1e3, 1e8])
+def test_layer_norm_cpu_fast_path_keeps_the_error_bound(ratio):
+  # Row 5 has mean(x^2) / var = ratio, the others 1. The CPU fast path (no
+  # shift) may serve ratios up to 33 only; one row beyond that sends the whole
+  # array down the shifted path.
+  x = RNG.normal(0, 1, (64, 1000))
+  x = (x - x.mean(1, keepdims=True)) / x.std(1, keepdims=True)
+  x[5] += np.sqrt(ratio - 1)
+  x = x.astype(np.float32)
+  assert rel_err(jax.jit(N.layer_norm)(x), np_layer_norm(x, 1, 0, (1,), 1e-5)) < 1e-5
+  cpu, shifted = (jax.jit(f, static_argnums=(1, 2))(jnp.asarray(x), (1,), 1e-5)
+                  for f in (N._moments_cpu, N._shifted_moments))
+  took_fast_path = bool(np.all(np.asarray(cpu[0]) == 0))  # cpu[0]: the shift
+  assert took_fast_path == (ratio <= 33)
+  np.testing.assert_allclose(np.asarray(cpu[2]), np.asarray(shifted[2]), rtol=1e-5)
+
+
 def test_layer_norm_matches_flax():
   x = RNG.normal(size=(8, 40)).astype(np.float32)
   m = nn.LayerNorm(epsilon=1e-5)
