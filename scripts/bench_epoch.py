@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # Run as `python scripts/bench_epoch.py`.
 
 from configs import pi_mnist as pi_mnist_config  # pylint: disable=wrong-import-position
 from experiments import classifier, pi_mnist  # pylint: disable=wrong-import-position
-from scripts.bench_timing import host_line, interleaved_samples  # pylint: disable=wrong-import-position
+from scripts.bench_timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
 
 NUM_TRAIN = 55_000
 
@@ -75,12 +75,24 @@ def main(argv=None) -> int:
                  help="images per sample (steps = examples / batch size)")
   p.add_argument("--repeats", type=int, default=5)
   args = p.parse_args(argv)
-  print(f"jax {jax.__version__}, backend {jax.default_backend()}; {host_line()}")
+  try:
+    batch_sizes = [int(v) for v in args.batch_sizes.split(",")]
+  except ValueError:
+    p.error(f"--batch_sizes={args.batch_sizes!r}: expected integers separated by commas")
+  norms = args.norms.split(",")
+  for norm in norms:
+    for b in batch_sizes:
+      if (norm, b) not in pi_mnist_config.LEARNING_RATES:
+        p.error(f"no searched learning rate for norm={norm!r} at batch {b}; choose from "
+                + ", ".join(f"{n}@{k}" for n, k in pi_mnist_config.LEARNING_RATES))
+  if args.examples < 1 or args.repeats < 1:
+    p.error("--examples and --repeats must be at least 1")
+  print_environment()
   print(f"{args.examples} images a sample, median of {args.repeats}\n")
   print("| norm | batch | adam (ms/step) | sgd (ms/step) | sgd/adam | "
         "adam epoch (s) | adam images/s |\n|---|---|---:|---:|---:|---:|---:|")
-  for b in (int(v) for v in args.batch_sizes.split(",")):
-    for norm in args.norms.split(","):
+  for b in batch_sizes:
+    for norm in norms:
       steps = max(1, args.examples // b)
       cands = candidates(norm, b, steps)
       for fn in cands.values():

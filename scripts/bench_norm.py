@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-import platform
 import statistics
 import sys
 import time
@@ -42,7 +41,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import flax
 import flax.linen as nn
 
 try:  # torch is optional
@@ -55,7 +53,7 @@ if __package__ in (None, ""):  # Run as `python scripts/bench_norm.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lnorm.normalization import layer_norm  # pylint: disable=wrong-import-position
-from scripts.bench_timing import host_line, interleaved_samples  # pylint: disable=wrong-import-position
+from scripts.bench_timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
 
 EPS = 1e-5
 DEFAULT_SHAPES = "128x1000,8x400,4096x1024"
@@ -197,12 +195,7 @@ def main(argv=None) -> int:
   if torch is not None and args.torch_threads:
     torch.set_num_threads(args.torch_threads)
 
-  import jaxlib
-  print(f"python {platform.python_version()}, jax {jax.__version__}, "
-        f"jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
-        f"torch {torch.__version__ if torch is not None else 'not installed'}")
-  print(f"jax backend: {jax.default_backend()}, devices: {jax.devices()}")
-  print(host_line())
+  print_environment(torch)
   if torch is not None:
     print(f"torch threads: {torch.get_num_threads()}")
   print(f"repeats: {args.repeats}, sample ~{args.sample_ms} ms, statistic: "

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-import platform
 import statistics
 import sys
 import time
@@ -53,7 +52,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import flax
 import flax.linen as nn
 
 try:  # torch is optional
@@ -66,7 +64,7 @@ if __package__ in (None, ""):  # Run as `python scripts/bench_rnn.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lnorm import recurrent as R  # pylint: disable=wrong-import-position
-from scripts.bench_timing import host_line, interleaved_samples  # pylint: disable=wrong-import-position
+from scripts.bench_timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
 
 EPS = 1e-5
 SHAPES = {  # name: (T, B, H, I, L)
@@ -409,12 +407,7 @@ def main(argv=None) -> int:
   elif args.torch_threads:
     torch.set_num_threads(args.torch_threads)
 
-  import jaxlib
-  print(f"python {platform.python_version()}, jax {jax.__version__}, "
-        f"jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
-        f"torch {torch.__version__ if torch is not None else 'not installed'}")
-  print(f"jax backend: {jax.default_backend()}, devices: {jax.devices()}")
-  print(host_line())
+  print_environment(torch)
   if torch is not None:
     print(f"torch threads: {torch.get_num_threads()}, "
           f"cuda: {torch.cuda.is_available()}")

@@ -27,6 +27,24 @@ def host_line() -> str:
           + (f", XLA_FLAGS={xla}" if xla else ""))
 
 
+def print_environment(torch=False) -> None:
+  """Versions, JAX's backend and devices, and the host: a benchmark's header.
+
+  ``torch``: the module, None when it is not installed, False (the default)
+  for a benchmark without torch.
+  """
+  import flax  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jaxlib  # pylint: disable=g-import-not-at-top
+  line = (f"python {platform.python_version()}, jax {jax.__version__}, "
+          f"jaxlib {jaxlib.__version__}, flax {flax.__version__}")
+  if torch is not False:
+    line += f", torch {torch.__version__ if torch is not None else 'not installed'}"
+  print(line)
+  print(f"jax backend: {jax.default_backend()}, devices: {jax.devices()}")
+  print(host_line())
+
+
 def calibrate(fn: Callable[[], object], sample_s: float) -> int:
   """Calls per sample so that one sample lasts about ``sample_s``."""
   fn()
