@@ -31,7 +31,8 @@ def git_commit() -> str:
                           check=True).stdout.strip()
   try:
     commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    # results/ holds outputs, which scripts/reproduce.py rewrites between runs.
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!results")
   except (OSError, subprocess.CalledProcessError):
     return "unknown"
   return commit + ("-dirty" if dirty else "")
