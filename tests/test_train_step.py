@@ -61,8 +61,8 @@ def _forward_backward(params: list[dict], x_BxD: np.ndarray, y_B: np.ndarray, no
   return loss, grads
 
 
-def _adam(params, grads, m, v, t: int):
-  for p, g, mp, vp in zip(params, grads, m, v):
+def _adam(params, grads, mu, nu, t: int):
+  for p, g, mp, vp in zip(params, grads, mu, nu):
     for k in p:
       mp[k] = B1 * mp[k] + (1 - B1) * g[k]
       vp[k] = B2 * vp[k] + (1 - B2) * g[k] ** 2
@@ -84,13 +84,13 @@ def test_two_adam_steps_match_float64_numpy(norm):
   params = [{k: np.asarray(v, np.float64) for k, v in state.params[n].items()} for n in names]
   init = [{k: a.copy() for k, a in p.items()} for p in params]
   idx = np.asarray(classifier.batch_indices(jax.random.key(5), 8, 4))
-  m = [{k: np.zeros_like(v) for k, v in p.items()} for p in params]
-  v = [{k: np.zeros_like(a) for k, a in p.items()} for p in params]
+  mu = [{k: np.zeros_like(a) for k, a in p.items()} for p in params]
+  nu = [{k: np.zeros_like(a) for k, a in p.items()} for p in params]
   losses = []
   for t, rows in enumerate(idx, start=1):
     loss, grads = _forward_backward(params, x[rows].astype(np.float64), y[rows], norm)
     losses.append(loss)
-    _adam(params, grads, m, v, t)
+    _adam(params, grads, mu, nu, t)
 
   new, mean_loss = classifier.train_epoch(state, jnp.asarray(x), jnp.asarray(y),
                                           jax.random.key(5), batch_size=4)
