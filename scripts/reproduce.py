@@ -110,6 +110,24 @@ def _train_time_and_rate(m: list[dict]) -> tuple[float, float]:
           sorted(x["examples_per_sec"] for x in m)[len(m) // 2])
 
 
+def _train_nll_table(records: dict[str, dict]) -> str:
+  """Training NLL at a few epochs, and the epochs each run needs to get below
+  a few levels: how fast each one trains (claim (c) of Figure 6)."""
+  n = max(len(r["metrics"]) for r in records.values())
+  epochs = [e for e in (1, 2, 5, 10, 20, 40, 60) if e <= n]
+  levels = (0.1, 0.03, 0.01, 0.001)
+  md = ("\nTraining NLL (the mean over an epoch's minibatches) by epoch, and the first "
+        "epoch at or below a level:\n\n| run | " + " | ".join(f"epoch {e}" for e in epochs) + " | "
+        + " | ".join(f"<= {v:g}" for v in levels) + " |\n|---|"
+        + "---|" * (len(epochs) + len(levels)) + "\n")
+  for name, r in records.items():
+    m = r["metrics"]
+    md += (f"| {name} | " + " | ".join(
+        f"{m[e - 1]['train_nll']:.3g}" if e <= len(m) else "" for e in epochs) + " | "
+        + " | ".join(_epochs_to(m, "train_nll", v) for v in levels) + " |\n")
+  return md
+
+
 def _summary_row(name: str, r: dict, extra: str) -> str:
   m = r["metrics"]
   train_s, rate = _train_time_and_rate(m)
@@ -137,6 +155,7 @@ def fig6(args) -> None:
          "learning rate |\n|---|---|---|---|---|---|---|---|\n")
   md += "".join(_summary_row(f"{NORM_NAMES[n]}, batch {b}", r, "")
                 for (n, b), r in records.items()) + TIME_NOTE
+  md += _train_nll_table({f"{NORM_NAMES[n]}, batch {b}": r for (n, b), r in records.items()})
   (out_dir(args) / "results.md").write_text(md)
   print(md)
 
