@@ -133,7 +133,7 @@ def _summary_row(name: str, r: dict, extra: str) -> str:
   train_s, rate = _train_time_and_rate(m)
   return (f"| {name} | {extra}{m[-1]['test_error']:.4f} | "
           f"{min(x['test_error'] for x in m):.4f} | {_epochs_to(m, 'test_error', 0.02)} | "
-          f"{m[-1]['train_nll']:.4f} | {train_s:.0f} | {rate:,.0f} | "
+          f"{m[-1]['train_nll']:.3g} | {train_s:.0f} | {rate:,.0f} | "
           f"{r['config']['learning_rate']:g} |\n")
 
 
