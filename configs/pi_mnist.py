@@ -17,7 +17,9 @@ images/s), so ~6 min (batch 128) and ~30 min (batch 4) for the 60 epochs of
 a paper run; a loaded machine is 2-4x slower. One GPU: not measured.
 Paper's result (Figure 6, read off the plot): test error ~1.5-2% for layer
 norm and batch norm at batch size 128; at batch size 4 layer norm stays near
-its batch-128 curve while batch norm degrades. See results/ for our runs.
+its batch-128 curve while batch norm degrades. Ours (`python scripts/reproduce.py
+fig6`, results/fig6/results.md, one seed): final test error 1.46% / 1.33% /
+1.42% (none / layer / batch) at batch 128, 1.70% / 1.95% / 1.92% at batch 4.
 """
 
 import ml_collections
