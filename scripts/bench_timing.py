@@ -1,4 +1,4 @@
-"""The timing harness that bench_norm.py and bench_rnn.py share."""
+"""The timing harness and environment header that the bench_*.py scripts share."""
 
 from __future__ import annotations
 

@@ -154,7 +154,8 @@ def fig6(args) -> None:
          "2% test error | final train NLL | train time (s) | examples/s (median epoch) | "
          "learning rate |\n|---|---|---|---|---|---|---|---|\n")
   md += "".join(_summary_row(f"{NORM_NAMES[n]}, batch {b}", r, "")
-                for (n, b), r in records.items()) + TIME_NOTE
+                for (n, b), r in records.items())
+  md += TIME_NOTE
   md += _train_nll_table({f"{NORM_NAMES[n]}, batch {b}": r for (n, b), r in records.items()})
   (out_dir(args) / "results.md").write_text(md)
   print(md)
