@@ -1,0 +1,56 @@
+"""One-off probe behind BENCHMARKS.md (Recurrent LSTM, item 14): how many
+kernels XLA compiles into each step of ``lnorm.recurrent.LSTM``'s forward and
+backward scans (fusions, dots, copies, concatenates, ...), from the compiled
+HLO of one training step at the ``short`` shape (T=100, B=8, H=400, I=3).
+
+Usage: python -m scripts.probe_lstm_kernels
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+if __package__ in (None, ""):  # Run as `python scripts/probe_lstm_kernels.py`.
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lnorm import recurrent as R  # pylint: disable=wrong-import-position
+
+T, B, H, I = 100, 8, 400, 3
+KERNEL = re.compile(r"= \S+ (fusion|dot|copy|concatenate|custom-call|reduce|transpose|"
+                    r"dynamic-slice|dynamic-update-slice|slice|add|multiply)\(")
+
+
+def loop_kernels(norm: str) -> list[int]:
+  """Kernels in the body of each while loop, in the order XLA lists them."""
+  m = R.LSTM(H, norm=norm)
+  x = jnp.ones((B, T, I))
+  params = m.init(jax.random.key(0), x)
+  dy = jnp.ones((B, T, H))
+  step = jax.jit(jax.grad(lambda p, x: jnp.sum(m.apply(p, x) * dy)))
+  text = step.lower(params, x).compile().as_text()
+  bodies, name = {}, None
+  for line in text.split("\n"):
+    head = re.match(r"^(?:ENTRY )?%(\S+) ", line)
+    if head:
+      name = head.group(1)
+      bodies[name] = []
+    elif name:
+      bodies[name].append(line)
+  loops = re.findall(r"while\([^)]*\), condition=%\S+, body=%([\w.\-]+)", text)
+  return [sum(bool(KERNEL.search(l)) for l in bodies[b]) for b in loops]
+
+
+def main() -> int:
+  print("| LSTM norm | kernels per step (forward scan, backward scan) |\n|---|---|")
+  for norm in ("none", "layer", "layer_c"):
+    print(f"| {norm} | {', '.join(map(str, loop_kernels(norm)))} |", flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
