@@ -11,6 +11,14 @@ a gain and a bias, eps=1e-5) it times, side by side in this one process:
 * forward+backward: the gradients of ``sum(y * dy)`` (``dy`` a fixed random
   cotangent) with respect to x, gain and bias, all three returned.
 
+A third JAX candidate, ``affine``, is a reference, not a layer norm: the
+gain and bias alone, ``y = x * gain + bias``, through the same two passes.
+Any layer norm with a gain and a bias does that work and more (the same
+outputs and gradients, with the same column sums for the gain and bias,
+plus the row statistics), so ``affine/flax`` is a rough floor for
+``ours/flax`` on this backend. On XLA:CPU at small shapes that floor is set
+by per-kernel overhead, not by arithmetic.
+
 JAX candidates are jitted as a whole and timed up to ``block_until_ready``;
 torch (if installed) runs the forward under ``torch.no_grad`` and the
 forward+backward with ``requires_grad`` on x, weight and bias and
@@ -80,7 +88,7 @@ def _block(tree):
 
 
 def jax_candidates(x, g, b, dy):
-  """ours and flax, forward and forward+backward, all jitted."""
+  """ours, flax and the affine reference, forward and forward+backward, all jitted."""
   dev = jax.devices()[0]
   x, g, b, dy = (jax.device_put(a, dev) for a in (x, g, b, dy))
 
@@ -92,13 +100,16 @@ def jax_candidates(x, g, b, dy):
   def flax_ln(x, g, b):
     return model.apply({"params": {"scale": g, "bias": b}}, x)
 
+  def affine(x, g, b):
+    return x * g + b
+
   def fwd_bwd(f):
     def loss(x, g, b, dy):
       return jnp.sum(f(x, g, b) * dy)
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
   out = {}
-  for name, f in (("ours", ours), ("flax", flax_ln)):
+  for name, f in (("ours", ours), ("flax", flax_ln), ("affine", affine)):
     fj = jax.jit(f)
     gj = fwd_bwd(f)
     out[(name, "fwd")] = lambda fj=fj: _block(fj(x, g, b))
@@ -163,7 +174,7 @@ def bench_shape(shape, repeats: int, sample_s: float, stat=statistics.median,
   dy = rng.standard_normal(shape, dtype=np.float32)
 
   cands, jax_dev = jax_candidates(x, g, b, dy)
-  devices = {"ours": jax_dev, "flax": jax_dev}
+  devices = {"ours": jax_dev, "flax": jax_dev, "affine": jax_dev}
   if torch is not None:
     tc, tdev = torch_candidates(x, g, b, dy)
     cands.update(tc)
@@ -218,9 +229,10 @@ def main(argv=None) -> int:
   head = ["shape", "pass", f"ours ({unit})", f"flax ({unit})"]
   if have_torch:
     head.append(f"torch ({unit})")
-  head.append("ours/flax")
+  head += [f"affine ({unit})", "ours/flax"]
   if have_torch:
     head.append("ours/torch")
+  head.append("affine/flax")
   print("| " + " | ".join(head) + " |")
   print("|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|")
   for shape, med in rows:
@@ -230,9 +242,11 @@ def main(argv=None) -> int:
       if have_torch:
         t = med[("torch", kind)]
         cells.append(f"{t:.1f}")
-      cells.append(f"{o / f:.2f}")
+      a = med[("affine", kind)]
+      cells += [f"{a:.1f}", f"{o / f:.2f}"]
       if have_torch:
         cells.append(f"{o / t:.2f}")
+      cells.append(f"{a / f:.2f}")
       print("| " + " | ".join(cells) + " |")
   print()
   print(f"(timed in {elapsed:.0f} s)")
