@@ -112,7 +112,8 @@ def _train_time_and_rate(m: list[dict]) -> tuple[float, float]:
 
 def _train_nll_table(records: dict[str, dict]) -> str:
   """Training NLL at a few epochs, and the epochs each run needs to get below
-  a few levels: how fast each one trains (claim (c) of Figure 6)."""
+  a few levels: how fast each one trains (claim (c) of Figure 6, and section
+  6.7's "speedup")."""
   n = max(len(r["metrics"]) for r in records.values())
   epochs = [e for e in (1, 2, 5, 10, 20, 40, 60) if e <= n]
   levels = (0.1, 0.03, 0.01, 0.001)
@@ -175,6 +176,7 @@ def convnet(args) -> None:
          "learning rate |\n|---|---|---|---|---|---|---|---|\n")
   md += "".join(_summary_row(f"{d}, {NORM_NAMES[n]}", r, "") for (d, n), r in records.items())
   md += TIME_NOTE
+  md += _train_nll_table({f"{d}, {NORM_NAMES[n]}": r for (d, n), r in records.items()})
   (out_dir(args) / "results.md").write_text(md)
   print(md)
 
