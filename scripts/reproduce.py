@@ -10,7 +10,9 @@ Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<
 (rerunning the command resumes there), then its config.json, metrics.jsonl
 and outputs are copied into ``<results_dir>/<target>/`` (``<target>_<preset>/``
 for the cpu and smoke presets) beside a results.md that names the command and
-commit that made them.
+commit that made them. ``--jobs N`` runs up to N of a target's runs at once,
+each logging to ``<run>.log`` beside its workdir: on a small CPU machine, where
+one XLA process leaves cores idle, that can finish sooner (README, ConvNets).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import math
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,14 +36,48 @@ TIME_NOTE = ("\nTrain time: the training epochs' seconds, summed. It leaves out 
              "checkpoints, compilation and any time between a stop and its resume.\n")
 
 
-def run(args, config: str, name: str, overrides: dict, keep=()) -> dict:
-  """Runs (or resumes) one config; copies its record into the results folder."""
-  wd = (REPO / args.runs_dir / args.target / args.preset / name).resolve()
-  cmd = [sys.executable, "-m", "experiments.main", f"--config={config}:{args.preset}",
-         f"--workdir={wd}", *(f"--config.{k}={v}" for k, v in overrides.items())]
-  print("+", " ".join(cmd[1:]), flush=True)
-  if subprocess.run(cmd, cwd=REPO).returncode:
-    sys.exit(f"error: run {name} failed; rerun the same command to resume it")
+def run_all(args, config: str, runs: dict, keep=()) -> dict:
+  """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}), up to
+  ``--jobs`` at a time, then copies each run's record into the results folder
+  and returns the records by key. With one job a run's progress goes to the
+  terminal; with more, each run writes it to ``<name>.log`` beside its workdir."""
+  pending, active, failed = list(runs.values()), [], []
+  while active or (pending and not failed):
+    while pending and not failed and len(active) < args.jobs:
+      name, overrides = pending.pop(0)
+      wd = _workdir(args, name)
+      cmd = [sys.executable, "-m", "experiments.main", f"--config={config}:{args.preset}",
+             f"--workdir={wd}", *(f"--config.{k}={v}" for k, v in overrides.items())]
+      print("+", " ".join(cmd[1:]), flush=True)
+      log = None
+      if args.jobs > 1:
+        wd.parent.mkdir(parents=True, exist_ok=True)
+        log = open(wd.parent / f"{name}.log", "ab")  # pylint: disable=consider-using-with
+      active.append((name, log, subprocess.Popen(cmd, cwd=REPO, stdout=log,
+                                                 stderr=subprocess.STDOUT if log else None)))
+    done = [j for j in active if j[2].poll() is not None]
+    if not done:
+      time.sleep(0.5)
+    for job in done:
+      active.remove(job)
+      name, log, proc = job
+      if log:
+        log.close()
+        print(f"{'failed' if proc.returncode else 'finished'}: {name} (log: {log.name})",
+              flush=True)
+      if proc.returncode:
+        failed.append(name)
+  if failed:
+    sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
+  return {key: _collect(args, name, keep) for key, (name, _) in runs.items()}
+
+
+def _workdir(args, name: str) -> Path:
+  return (REPO / args.runs_dir / args.target / args.preset / name).resolve()
+
+
+def _collect(args, name: str, keep) -> dict:
+  wd = _workdir(args, name)
   dest = out_dir(args) / name
   dest.mkdir(parents=True, exist_ok=True)
   for f in ("config.json", "metrics.jsonl", *keep):
@@ -66,7 +103,7 @@ def header(args, records: list[dict], title: str) -> str:
 
 
 def table1(args) -> None:
-  r = run(args, "configs/invariance.py", "table1", {}, keep=("table1.md",))
+  r = run_all(args, "configs/invariance.py", {0: ("table1", {})}, keep=("table1.md",))[0]
   (out_dir(args) / "results.md").write_text(
       header(args, [r], "Table 1") + (out_dir(args) / "table1" / "table1.md").read_text())
 
@@ -74,19 +111,21 @@ def table1(args) -> None:
 def fig6_lr(args) -> None:
   """Each (norm, batch size, rate) for a few epochs; the lowest final
   validation error picks the rate."""
-  rows, best, records = [], {}, []
+  runs = {}
   for batch, rates in pi_mnist_config.LR_GRID.items():
     for norm in NORM_NAMES:
       for lr in rates:
-        name = f"{norm}_b{batch}_lr{lr:g}"
-        r = run(args, "configs/pi_mnist.py", name, {
+        runs[norm, batch, lr] = (f"{norm}_b{batch}_lr{lr:g}", {
             "norm": norm, "batch_size": batch, "learning_rate": lr,
             "num_epochs": 5 if batch >= 128 else 1})
-        records.append(r)
-        last = r["metrics"][-1]
-        rows.append((norm, batch, lr, last["epoch"], last["valid_error"], last["valid_nll"]))
-        if (norm, batch) not in best or last["valid_error"] < best[norm, batch][1]:
-          best[norm, batch] = (lr, last["valid_error"])
+  records = run_all(args, "configs/pi_mnist.py", runs)
+  rows, best = [], {}
+  for (norm, batch, lr), r in records.items():
+    last = r["metrics"][-1]
+    rows.append((norm, batch, lr, last["epoch"], last["valid_error"], last["valid_nll"]))
+    if (norm, batch) not in best or last["valid_error"] < best[norm, batch][1]:
+      best[norm, batch] = (lr, last["valid_error"])
+  records = list(records.values())
   md = header(args, records, "Learning-rate search for Figure 6 (validation set)")
   md += "| norm | batch | learning rate | epochs | valid error | valid NLL |\n|---|---|---|---|---|---|\n"
   md += "".join(f"| {n} | {b} | {lr:g} | {e} | {ve:.4f} | {vn:.4f} |\n" for n, b, lr, e, ve, vn in rows)
@@ -143,11 +182,10 @@ def fig6(args) -> None:
   if not lrs:
     sys.exit("error: configs/pi_mnist.py has no LEARNING_RATES yet; run "
              "`python scripts/reproduce.py fig6_lr` and copy its choice there")
-  records = {}
-  for batch in (128, 4):
-    for norm in NORM_NAMES:
-      records[norm, batch] = run(args, "configs/pi_mnist.py", f"{norm}_b{batch}", {
-          "norm": norm, "batch_size": batch, "learning_rate": lrs[norm, batch]})
+  records = run_all(args, "configs/pi_mnist.py", {
+      (norm, batch): (f"{norm}_b{batch}", {"norm": norm, "batch_size": batch,
+                                           "learning_rate": lrs[norm, batch]})
+      for batch in (128, 4) for norm in NORM_NAMES})
   plot_curves(records, out_dir(args) / "fig6.png", "Permutation-invariant MNIST",
               lambda k: f"batch size {k[1]}", lambda k: NORM_NAMES[k[0]])
   md = header(args, list(records.values()), "Figure 6: permutation-invariant MNIST")
@@ -163,11 +201,9 @@ def fig6(args) -> None:
 
 
 def convnet(args) -> None:
-  records = {}
-  for dataset in ("mnist", "fashion_mnist"):
-    for norm in NORM_NAMES:
-      records[dataset, norm] = run(args, "configs/convnet.py", f"{dataset}_{norm}",
-                                   {"norm": norm, "dataset": dataset})
+  records = run_all(args, "configs/convnet.py", {
+      (dataset, norm): (f"{dataset}_{norm}", {"norm": norm, "dataset": dataset})
+      for dataset in ("mnist", "fashion_mnist") for norm in NORM_NAMES})
   plot_curves(records, out_dir(args) / "convnet.png", "ConvNets (section 6.7)",
               lambda k: k[0], lambda k: NORM_NAMES[k[1]])
   md = header(args, list(records.values()), "Section 6.7: ConvNets")
@@ -188,8 +224,8 @@ DRAW_NAMES = {"none": "Baseline", "layer": "LN (eqs. 29-31)",
 def fig4(args) -> None:
   """The paper's two runs, and the full LN-LSTM beside them (not in the paper)."""
   from experiments import draw  # pylint: disable=g-import-not-at-top
-  records = {norm: run(args, "configs/draw.py", norm, {"norm": norm},
-                       keep=("samples.png", "canvas.png")) for norm in DRAW_NAMES}
+  records = run_all(args, "configs/draw.py", {n: (n, {"norm": n}) for n in DRAW_NAMES},
+                    keep=("samples.png", "canvas.png"))
   draw.plot_figure4({DRAW_NAMES[n]: out_dir(args) / n for n in records},
                     out_dir(args) / "fig4.png")
   # Convergence: epochs each run needs to reach the baseline's final bound,
@@ -281,7 +317,11 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--preset", default="paper", choices=("paper", "cpu", "smoke"))
   p.add_argument("--runs_dir", default="runs", type=Path)
   p.add_argument("--results_dir", default="results", type=Path)
+  p.add_argument("--jobs", default=1, type=int,
+                 help="runs at a time (default 1); each then logs to <runs_dir>/.../<run>.log")
   args = p.parse_args(argv)
+  if args.jobs < 1:
+    p.error(f"--jobs must be at least 1, got {args.jobs}")
   TARGETS[args.target](args)
   print(f"results in {out_dir(args)}")
 
