@@ -68,6 +68,7 @@ def run_all(args, config: str, runs: dict, keep=()) -> dict:
       if proc.returncode:
         failed.append(name)
   if failed:
+    failed = [name for name, _ in runs.values() if name in failed]  # in the target's order
     sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
   return {key: _collect(args, name, keep) for key, (name, _) in runs.items()}
 

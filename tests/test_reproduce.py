@@ -1,0 +1,33 @@
+"""scripts/reproduce.py's scheduling of runs (the runs themselves: test_runner.py)."""
+
+import os
+import subprocess
+import sys
+
+from tests.run_records import REPO
+
+
+def test_a_failed_run_stops_the_target_and_writes_no_results(tmp_path):
+  # fig4 has three runs; with --jobs 2 the first two start together and both
+  # fail at once (no data), so the third must never start.
+  (tmp_path / "empty").mkdir()
+  p = subprocess.run(
+      [sys.executable, "scripts/reproduce.py", "fig4", "--preset", "smoke", "--jobs", "2",
+       "--runs_dir", str(tmp_path / "runs"), "--results_dir", str(tmp_path / "results")],
+      cwd=REPO, capture_output=True, text=True, timeout=300,
+      env={**os.environ, "LNORM_DATA_DIR": str(tmp_path / "empty")})
+  assert p.returncode == 1
+  assert p.stderr.strip().splitlines()[-1] == (
+      "error: run(s) none, layer failed; rerun the same command to resume")
+  logs = tmp_path / "runs" / "fig4" / "smoke"
+  for name in ("none", "layer"):
+    assert "binarized_mnist_train.amat.gz not found" in (logs / f"{name}.log").read_text()
+  assert not (logs / "layer_full.log").exists()
+  assert not (tmp_path / "results").exists()
+
+
+def test_jobs_must_be_positive(tmp_path):
+  p = subprocess.run([sys.executable, "scripts/reproduce.py", "fig4", "--jobs", "0"],
+                     cwd=REPO, capture_output=True, text=True, timeout=60)
+  assert p.returncode == 2
+  assert p.stderr.strip().splitlines()[-1].endswith("--jobs must be at least 1, got 0")
