@@ -126,8 +126,7 @@ def fig6_lr(args) -> None:
     rows.append((norm, batch, lr, last["epoch"], last["valid_error"], last["valid_nll"]))
     if (norm, batch) not in best or last["valid_error"] < best[norm, batch][1]:
       best[norm, batch] = (lr, last["valid_error"])
-  records = list(records.values())
-  md = header(args, records, "Learning-rate search for Figure 6 (validation set)")
+  md = header(args, list(records.values()), "Learning-rate search for Figure 6 (validation set)")
   md += "| norm | batch | learning rate | epochs | valid error | valid NLL |\n|---|---|---|---|---|---|\n"
   md += "".join(f"| {n} | {b} | {lr:g} | {e} | {ve:.4f} | {vn:.4f} |\n" for n, b, lr, e, ve, vn in rows)
   md += "\nPicked (lowest validation error):\n\n" + "".join(
