@@ -1,4 +1,5 @@
-"""scripts/reproduce.py's scheduling of runs (the runs themselves: test_runner.py)."""
+"""scripts/reproduce.py: scheduling runs and reading their metrics into tables
+(the runs themselves: test_runner.py)."""
 
 import os
 import subprocess
@@ -31,3 +32,13 @@ def test_jobs_must_be_positive(tmp_path):
                      cwd=REPO, capture_output=True, text=True, timeout=60)
   assert p.returncode == 2
   assert p.stderr.strip().splitlines()[-1].endswith("--jobs must be at least 1, got 0")
+
+
+def test_train_nll_table_reads_the_epochs_and_the_first_crossings():
+  from scripts import reproduce
+  nll = [0.5, 0.08, 0.04, 0.02, 0.009, 0.012, 0.0009]  # not monotone: epoch 6 goes back up
+  records = {"run a": {"metrics": [{"epoch": e + 1, "train_nll": v} for e, v in enumerate(nll)]}}
+  lines = reproduce._train_nll_table(records).strip().splitlines()  # pylint: disable=protected-access
+  assert lines[-3].startswith("| run | epoch 1 | epoch 2 | epoch 5 | <= 0.1 | <= 0.03 |")
+  assert lines[-1] == "| run a | 0.5 | 0.08 | 0.009 | 2 | 4 | 5 | 7 |"
+  assert reproduce._epochs_to(records["run a"]["metrics"], "train_nll", 1e-4) == "not reached"  # pylint: disable=protected-access
