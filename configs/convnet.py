@@ -15,9 +15,13 @@ holding the IDX files (Debian: dataset-fashion-mnist).
 All runs: python scripts/reproduce.py convnet [--preset paper|cpu]
 Presets: paper (20 epochs; the paper states none), cpu (3 epochs of a
 (16, 32)-channel, 128-unit net), smoke.
-Runtime on a 2-core CPU: ~1 min an epoch for the cpu preset, ~3 min for the
-paper preset (measured under load); seconds an epoch on one GPU.
+Runtime on a 2-core CPU: ~1 min an epoch for the cpu preset; 70-77 s an epoch
+for the paper preset run alone, ~2 min with two runs at once (--jobs 2 in
+reproduce.py), ~30-40 min a run; seconds an epoch on one GPU (not measured).
 The paper's result: no numbers; batch norm > layer norm > none.
+Ours (results/convnet, README): in training NLL batch norm is fastest and layer
+norm a little faster than none; final test error on MNIST layer 0.75%, none
+0.87%, batch 1.17%; on Fashion-MNIST none 7.89%, layer 8.38%, batch 8.61%.
 """
 
 import ml_collections
