@@ -1,4 +1,4 @@
-"""One-off probe behind BENCHMARKS.md (Recurrent LSTM, item 14): how many
+"""One-off probe behind BENCHMARKS.md (Recurrent LSTM, items 14 and 15): how many
 kernels XLA compiles into each step of ``lnorm.recurrent.LSTM``'s forward and
 backward scans (fusions, dots, copies, concatenates, ...), from the compiled
 HLO of one training step at the ``short`` shape (T=100, B=8, H=400, I=3).
