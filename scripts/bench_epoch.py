@@ -52,15 +52,21 @@ from scripts.bench_timing import interleaved_samples, print_environment  # pylin
 NUM_TRAIN = 55_000
 
 
-def candidates(norm: str, batch_size: int, steps: int) -> dict:
+def model_and_data(norm: str, batch_size: int, steps: int):
+  """The paper config with its searched learning rate, its MLP, and random
+  MNIST-shaped data of exactly ``steps * batch_size`` examples (so that one
+  scan over it runs ``steps`` steps)."""
   config = pi_mnist_config.get_config("paper")
   config.norm, config.batch_size = norm, batch_size
   config.learning_rate = pi_mnist_config.LEARNING_RATES[norm, batch_size]
-  model = pi_mnist.create_model(config)
   rng = np.random.default_rng(0)
-  # Exactly steps * batch_size examples: the scan then runs ``steps`` steps.
   x = jnp.asarray(rng.random((steps * batch_size, 784), np.float32))
   y = jnp.asarray(rng.integers(0, 10, steps * batch_size, dtype=np.int32))
+  return config, pi_mnist.create_model(config), x, y
+
+
+def candidates(norm: str, batch_size: int, steps: int) -> dict:
+  config, model, x, y = model_and_data(norm, batch_size, steps)
   out = {}
   for name, tx in (("adam", optax.adam(config.learning_rate)),
                    ("sgd", optax.sgd(config.learning_rate))):

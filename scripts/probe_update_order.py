@@ -24,8 +24,8 @@ import numpy as np
 if __package__ in (None, ""):  # Run as `python scripts/probe_update_order.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from configs import pi_mnist as pi_mnist_config  # pylint: disable=wrong-import-position
-from experiments import classifier, pi_mnist  # pylint: disable=wrong-import-position
+from experiments import classifier  # pylint: disable=wrong-import-position
+from scripts.bench_epoch import model_and_data  # pylint: disable=wrong-import-position
 
 
 def _train_step_tied(state, x_BxD, y_B):
@@ -57,13 +57,7 @@ def main(argv: list[str]) -> int:
         "|---|---|---:|---:|---:|---|")
   for b, steps in ((4, 1600), (128, 50)):
     for norm in ("none", "layer", "batch"):
-      c = pi_mnist_config.get_config("paper")
-      c.norm, c.batch_size = norm, b
-      c.learning_rate = pi_mnist_config.LEARNING_RATES[norm, b]
-      model = pi_mnist.create_model(c)
-      rng = np.random.default_rng(0)
-      x = jnp.asarray(rng.random((steps * b, 784), np.float32))
-      y = jnp.asarray(rng.integers(0, 10, steps * b).astype(np.int32))
+      c, model, x, y = model_and_data(norm, b, steps)
       fns = {"old": classifier.train_epoch, "new": _train_epoch_tied}
       states = {k: classifier.create_train_state(c, model, jax.random.key(0), (784,))
                 for k in fns}
