@@ -13,9 +13,12 @@ Numerics shared by every function in this file:
 
   - ``centered_moments`` (batch norm) is two-pass with K the first element:
     ``x_c = d - mean(d)``, ``var = mean(x_c^2)``.
-  - ``layer_norm`` is one-pass for speed, with K the mean of a leading block
-    of at least n/32 elements, which bounds ``mean(d)^2 / var <= 32`` for any
-    data, so ``var = mean(d^2) - mean(d)^2`` loses at most ~5 bits.
+  - ``layer_norm`` (``fused_layer_norm.py``) sums ``d`` and ``d^2`` in one
+    pass for speed. Its XLA version takes K the mean of a leading block of at
+    least n/32 elements, which bounds ``mean(d)^2 / var <= 32`` for any data,
+    so ``var = mean(d^2) - mean(d)^2`` loses at most ~5 bits. Its fused CPU
+    kernel (``lnorm/native``) takes K the row mean summed in double and
+    rounded to float32, so ``mean(d)`` is a rounding error and nothing cancels.
 
   On float32 rows of 1e4 + N(0, 0.1) both stay within ~2e-7 relative error
   of float64; flax.linen.LayerNorm's default is off by O(10).
@@ -25,13 +28,14 @@ Numerics shared by every function in this file:
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from lnorm import fused_layer_norm
 
 Axes = int | Sequence[int]
 Array = jax.Array
@@ -56,14 +60,21 @@ def _axes(axis: Axes, ndim: int) -> tuple[int, ...]:
   return tuple(sorted(out))
 
 
-def _broadcast_param(p: Array, shape: tuple[int, ...], axes: tuple[int, ...],
-                     dtype, name: str) -> Array:
-  """Reshapes a parameter of shape ``shape[axes]`` to broadcast against ``shape``."""
+def _check_param(p: Array, shape: tuple[int, ...], axes: tuple[int, ...],
+                 name: str) -> Array:
+  """A parameter, checked to have the shape ``shape[axes]``."""
   want = tuple(shape[a] for a in axes)
   p = jnp.asarray(p)
   if p.shape != want:
     raise ValueError(f"{name} has shape {p.shape}; expected {want} "
                      f"(the sizes of axes {axes} of an input of shape {shape})")
+  return p
+
+
+def _broadcast_param(p: Array, shape: tuple[int, ...], axes: tuple[int, ...],
+                     dtype, name: str) -> Array:
+  """Reshapes a parameter of shape ``shape[axes]`` to broadcast against ``shape``."""
+  p = _check_param(p, shape, axes, name)
   bshape = tuple(shape[i] if i in axes else 1 for i in range(len(shape)))
   return p.reshape(bshape).astype(dtype)
 
@@ -97,135 +108,6 @@ def centered_moments(x: Array, axis: Axes, *, axis_name: str | None = None
   return x_c, shift + mean_d, var
 
 
-# layer_norm's standardization, tuned with scripts/bench_norm.py (see
-# BENCHMARKS.md): a one-pass shifted mean and variance (instead of
-# centered_moments' two passes), and a JVP whose linear part recomputes x_hat
-# from x behind an optimization barrier.
-
-# The shift is the mean of a leading block of at least max(_SHIFT_MIN,
-# n / _SHIFT_FRACTION) of the n elements of each group.
-_SHIFT_MIN = 32
-_SHIFT_FRACTION = 32
-
-
-def _standardize_shift(xf: Array, axes: tuple[int, ...]) -> Array:
-  """Mean of a leading block of each group (keepdims), a constant for autodiff.
-
-  The block B takes a prefix of every axis in ``axes``, innermost first, so
-  that |B| = m >= min(n, max(_SHIFT_MIN, ceil(n / _SHIFT_FRACTION))). By
-  Cauchy-Schwarz, (mean_B - mean)^2 <= (n / m) var <= _SHIFT_FRACTION var
-  whatever the data (an outlier first element, sorted rows, ...), which bounds
-  the cancellation in ``_standardize_moments``. The block mean is taken
-  relative to the block's first element, so a constant group gets that
-  constant exactly.
-  """
-  n = math.prod(xf.shape[a] for a in axes)
-  want = min(n, max(_SHIFT_MIN, -(-n // _SHIFT_FRACTION)))
-  block, first, have = [slice(None)] * xf.ndim, [slice(None)] * xf.ndim, 1
-  for a in reversed(axes):
-    take = min(xf.shape[a], -(-want // have))
-    block[a], first[a] = slice(0, take), slice(0, 1)
-    have *= take
-  blk = xf[tuple(block)]
-  x0 = blk[tuple(first)]
-  return lax.stop_gradient(x0 + jnp.mean(blk - x0, axes, keepdims=True))
-
-
-def _shifted_moments(xf: Array, axes: tuple[int, ...], eps: float
-                     ) -> tuple[Array, Array, Array]:
-  """One-pass shifted statistics of ``xf`` over ``axes`` (keepdims, stat dtype).
-
-  Returns ``(shift, mean_d, rstd)``: with d = x - shift, ``mean_d = mean(d)``
-  and ``rstd = 1 / sqrt(var + eps)``, ``var = mean(d^2) - mean_d^2``. Both
-  sums read x once, in one pass. The subtraction cancels only as much as
-  mean_d^2 / var <= _SHIFT_FRACTION (see ``_standardize_shift``), so the
-  relative error of var stays a small multiple of float32 rounding, even far
-  from zero (1e4 + N(0, 0.1): d = x - shift is exact by Sterbenz's lemma).
-  """
-  shift = _standardize_shift(xf, axes)
-  d = xf - shift
-  mean_d = jnp.mean(d, axes, keepdims=True)
-  mean_d2 = jnp.mean(jnp.square(d), axes, keepdims=True)
-  var = jnp.maximum(mean_d2 - jnp.square(mean_d), 0)
-  return shift, mean_d, lax.rsqrt(var + eps)
-
-
-def _moments_cpu(xf: Array, axes: tuple[int, ...], eps: float
-                 ) -> tuple[Array, Array, Array]:
-  """``_shifted_moments``, with a fast path for well-conditioned inputs.
-
-  XLA:CPU runs row reductions as library kernels that need a materialised
-  input, so ``x - shift`` costs a full extra pass there. Unshifted sums read x
-  itself. They are used when every group has mean(x^2) <= (_SHIFT_FRACTION +
-  1) var: the same bound on cancellation that the shift guarantees (mean(d^2)
-  = var + mean_d^2), so the error bound is the same. The test is robust:
-  with cancellation error ~ rounding * mean(x^2), a computed var can pass it
-  only if the true ratio is within rounding of the bound. Any other input
-  (far from zero, constant rows) takes the shifted path.
-  """
-  mean = jnp.mean(xf, axes, keepdims=True)
-  mean_x2 = jnp.mean(jnp.square(xf), axes, keepdims=True)
-  var = jnp.maximum(mean_x2 - jnp.square(mean), 0)
-  ok = jnp.all(mean_x2 <= (_SHIFT_FRACTION + 1) * var)
-  return lax.cond(ok, lambda: (jnp.zeros_like(mean), mean, lax.rsqrt(var + eps)),
-                  lambda: _shifted_moments(xf, axes, eps))
-
-
-def _standardize_moments(x: Array, axes: tuple[int, ...], eps: float
-                         ) -> tuple[Array, Array, Array]:
-  """``(shift, mean_d, rstd)`` of x over ``axes``, in the stat dtype.
-
-  x_hat = ((x - shift) - mean_d) * rstd. ``_shifted_moments`` on GPU and TPU,
-  where the shift fuses into the reduction; ``_moments_cpu`` on CPU. (Under
-  vmap the CPU test becomes a select and both paths run.)
-  """
-  xf = x.astype(stat_dtype(x.dtype))
-  return lax.platform_dependent(
-      xf, cpu=functools.partial(_moments_cpu, axes=axes, eps=eps),
-      default=functools.partial(_shifted_moments, axes=axes, eps=eps))
-
-
-def _standardize_apply(x: Array, shift: Array, mean_d: Array, rstd: Array
-                       ) -> Array:
-  """x_hat = ((x - shift) - mean_d) * rstd: x - mean never rounds the mean."""
-  return ((x.astype(rstd.dtype) - shift) - mean_d) * rstd
-
-
-def _standardize_fwd(x: Array, axes: tuple[int, ...], eps: float
-                     ) -> tuple[Array, tuple[Array, Array, Array]]:
-  """x_hat, and the statistics ``(shift, mean_d, rstd)`` it was made with."""
-  stats = _standardize_moments(x, axes, eps)
-  return _standardize_apply(x, *stats), stats
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
-def _standardize(x: Array, axes: tuple[int, ...], eps: float) -> Array:
-  return _standardize_fwd(x, axes, eps)[0]
-
-
-@_standardize.defjvp
-def _standardize_jvp(axes, eps, primals, tangents):
-  # d x_hat = rstd * (dx - mean(dx) - x_hat * mean(x_hat * dx)), exact for any
-  # eps. The operator is symmetric, so its transpose (the VJP JAX derives from
-  # it) is the same three-term formula: two reductions instead of the chain of
-  # the forward pass. Forward mode and higher orders keep working.
-  #
-  # The tangent's x_hat is recomputed from x and the per-group statistics
-  # behind an optimization barrier. Without it XLA merges it with the primal
-  # x_hat and, on CPU, writes x_hat (and the centred values, and rstd
-  # broadcast to full size) to memory for the backward kernels to read back;
-  # with it those kernels recompute x_hat from x and three per-group scalars.
-  # 4096x1024 float32 forward+backward on CPU: 2-2.6x faster (BENCHMARKS.md).
-  (x,), (t,) = primals, tangents
-  x_hat, stats = _standardize_fwd(x, axes, eps)
-  xb, (shift, mean_d, rstd) = lax.optimization_barrier((x, stats))
-  xh = _standardize_apply(xb, shift, mean_d, rstd)
-  t = t.astype(xh.dtype)
-  a = rstd * jnp.mean(t, axes, keepdims=True)
-  b = rstd * jnp.mean(xh * t, axes, keepdims=True)
-  return x_hat, rstd * t - a - xh * b
-
-
 def _affine(y: Array, gain: Array | None, bias: Array | None,
             axes: tuple[int, ...]) -> Array:
   if gain is not None:
@@ -248,10 +130,15 @@ def layer_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
   so the VJP) is analytic: ``d x_hat = (dx - mean(dx) - x_hat mean(x_hat dx))
   / sigma``.
   """
-  axes = _axes(axis, jnp.ndim(x))
   x = jnp.asarray(x)
-  y = _affine(_standardize(x, axes, float(eps)), gain, bias, axes)
-  return y.astype(x.dtype)
+  axes = _axes(axis, x.ndim)
+  fshape = tuple(x.shape[a] for a in axes)
+  dt = stat_dtype(x.dtype)
+  gain = (jnp.ones(fshape, dt) if gain is None
+          else _check_param(gain, x.shape, axes, "gain").astype(dt))
+  bias = (jnp.zeros(fshape, dt) if bias is None
+          else _check_param(bias, x.shape, axes, "bias").astype(dt))
+  return fused_layer_norm.layer_norm(x, gain, bias, axes=axes, eps=eps)
 
 
 def rms_norm(x: Array, gain: Array | None = None, bias: Array | None = None,

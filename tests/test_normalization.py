@@ -6,9 +6,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lnorm import fused_layer_norm as F
+from lnorm import native
 from lnorm import normalization as N
 
 RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(params=["native", "xla"])
+def impl(request, monkeypatch):
+  """Runs a layer_norm test on each CPU implementation: the fused kernels and
+  the XLA version. (Half precision, float64 and non-trailing axes take the XLA
+  version either way.)"""
+  if request.param == "native" and not native.load():
+    pytest.skip("native kernels unavailable (LNORM_NATIVE=require makes this an error)")
+  if request.param == "xla":
+    monkeypatch.setattr(F, "_native_ok", lambda *_: False)
+  jax.clear_caches()  # jit caches hold lowerings made with the other choice
+  yield request.param
+  jax.clear_caches()
 
 
 def np_layer_norm(x, g, b, axes, eps):
@@ -33,7 +49,7 @@ TOL = {jnp.float32: 1e-5, jnp.float16: 2e-3, jnp.bfloat16: 1.6e-2}
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16, jnp.bfloat16])
 @pytest.mark.parametrize("shape,axis", [((5, 7), -1), ((3, 4, 6), (1, 2)),
                                         ((2, 3, 33), 2), ((64, 1000), -1)])
-def test_layer_norm_matches_float64(dtype, shape, axis):
+def test_layer_norm_matches_float64(dtype, shape, axis, impl):
   axes = N._axes(axis, len(shape))
   fshape = tuple(shape[a] for a in axes)
   x = (RNG.normal(size=shape) * 3 + 1).astype(np.float32)
@@ -59,7 +75,7 @@ def test_layer_norm_statistics_in_float32_for_half_inputs():
 
 
 @pytest.mark.parametrize("mean", [1e4, -3e5])
-def test_layer_norm_accurate_far_from_zero(mean):
+def test_layer_norm_accurate_far_from_zero(mean, impl):
   x = (mean + RNG.normal(0, 0.1, (128, 1000))).astype(np.float32)
   ref = np_layer_norm(x, 1, 0, (1,), 1e-5)
   assert rel_err(jax.jit(N.layer_norm)(x), ref) < 1e-4
@@ -69,7 +85,7 @@ def test_layer_norm_accurate_far_from_zero(mean):
   assert rel_err(flax_y, ref) > 1e-3
 
 
-def test_layer_norm_outlier_first_element():
+def test_layer_norm_outlier_first_element(impl):
   # The shift K is the first element; an outlier there must not hurt.
   x = RNG.normal(1e4, 0.1, (16, 512)).astype(np.float32)
   x[:, 0] += 5.0
@@ -78,7 +94,7 @@ def test_layer_norm_outlier_first_element():
 
 
 @pytest.mark.parametrize("ratio", [1.0, 30.0, 40.0, 1e3, 1e8])
-def test_layer_norm_cpu_fast_path_keeps_the_error_bound(ratio):
+def test_layer_norm_cpu_fast_path_keeps_the_error_bound(ratio, impl):
   # Row 5 has mean(x^2) / var = ratio, the others 1. The CPU fast path (no
   # shift) may serve ratios up to 33 only; one row beyond that sends the whole
   # array down the shifted path.
@@ -88,13 +104,13 @@ def test_layer_norm_cpu_fast_path_keeps_the_error_bound(ratio):
   x = x.astype(np.float32)
   assert rel_err(jax.jit(N.layer_norm)(x), np_layer_norm(x, 1, 0, (1,), 1e-5)) < 1e-5
   cpu, shifted = (jax.jit(f, static_argnums=(1, 2))(jnp.asarray(x), (1,), 1e-5)
-                  for f in (N._moments_cpu, N._shifted_moments))
+                  for f in (F._moments_cpu, F._shifted_moments))
   took_fast_path = bool(np.all(np.asarray(cpu[0]) == 0))  # cpu[0]: the shift
   assert took_fast_path == (ratio <= 33)
   np.testing.assert_allclose(np.asarray(cpu[2]), np.asarray(shifted[2]), rtol=1e-5)
 
 
-def test_layer_norm_matches_flax():
+def test_layer_norm_matches_flax(impl):
   x = RNG.normal(size=(8, 40)).astype(np.float32)
   m = nn.LayerNorm(epsilon=1e-5)
   p = m.init(jax.random.key(0), x)
@@ -104,7 +120,7 @@ def test_layer_norm_matches_flax():
   np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_constant_rows_are_finite():
+def test_constant_rows_are_finite(impl):
   x = jnp.full((3, 10), 7.0)
   g, b = jnp.arange(10.0), jnp.arange(10.0) - 5
   for y in (N.layer_norm(x, g, b), N.rms_norm(jnp.zeros((3, 10)), g, b),
@@ -151,7 +167,7 @@ def test_layer_norm_gradients_match_naive_float64(shape, axis):
         rtol=1e-8, atol=1e-10)
 
 
-def test_layer_norm_float32_gradient_close_to_float64():
+def test_layer_norm_float32_gradient_close_to_float64(impl):
   x = RNG.normal(size=(16, 300)).astype(np.float32)
   ct = RNG.normal(size=(16, 300))
   g32 = jax.grad(lambda x: jnp.sum(N.layer_norm(x) * ct.astype(np.float32)))(x)
@@ -161,7 +177,7 @@ def test_layer_norm_float32_gradient_close_to_float64():
   assert rel_err(g32, np.asarray(g64)) < 1e-4
 
 
-def test_vmap_and_jit():
+def test_vmap_and_jit(impl):
   x = RNG.normal(size=(3, 4, 6)).astype(np.float32)
   per_example = jax.vmap(N.layer_norm)(x)
   np.testing.assert_allclose(jax.jit(N.layer_norm)(x), per_example, atol=1e-6)

@@ -1,0 +1,296 @@
+"""layer_norm as three JAX primitives: forward, its tangent map, and its backward.
+
+``normalization.layer_norm`` binds ``forward_p``. Differentiation goes
+through the other two, which transpose into each other, so forward mode,
+reverse mode and every higher order work:
+
+* ``forward_p(x, gain, bias) -> y``, ``y = gain * x_hat + bias``;
+* ``tangent_p(x, gain; tx, tgain, tbias) -> ty``, linear in the tangents:
+  ``ty = gain * d x_hat + tgain * x_hat + tbias`` with
+  ``d x_hat = rstd * (tx - mean(tx) - x_hat * mean(x_hat * tx))``;
+* ``backward_p(x, gain; dy) -> (dx, dgain, dbias)``, linear in dy: the
+  transpose of the tangent map. ``d x_hat`` is symmetric in tx, so
+  ``dx = rstd * (g - mean(g) - x_hat * mean(x_hat * g))`` with ``g = gain * dy``,
+  and ``dgain``, ``dbias`` are the column sums of ``dy * x_hat`` and ``dy``.
+
+The statistics are recomputed from x wherever they are needed, so nothing
+but x, gain and bias is saved for the backward pass.
+
+On CPU, for float32 inputs normalized over their trailing axes,
+``forward_p`` and ``backward_p`` lower to the fused kernels of
+``lnorm/native`` (one pass over memory each way). Everything else (other
+dtypes and axes, other platforms, the tangent map, batching with a batched
+gain or bias, and the derivatives of the two linear maps) lowers to the
+XLA versions below, written with the shifted statistics described in
+``normalization.py``. Both versions compute the same function to float
+rounding; tests hold each to a float64 reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+import jax.numpy as jnp
+import numpy as np
+
+from lnorm import native
+
+Array = jax.Array
+Axes = tuple[int, ...]
+
+# The shift is the mean of a leading block of at least max(_SHIFT_MIN,
+# n / _SHIFT_FRACTION) of the n elements of each group.
+_SHIFT_MIN = 32
+_SHIFT_FRACTION = 32
+
+
+def _standardize_shift(xf: Array, axes: Axes) -> Array:
+  """Mean of a leading block of each group (keepdims), a constant for autodiff.
+
+  The block B takes a prefix of every axis in ``axes``, innermost first, so
+  that |B| = m >= min(n, max(_SHIFT_MIN, ceil(n / _SHIFT_FRACTION))). By
+  Cauchy-Schwarz, (mean_B - mean)^2 <= (n / m) var <= _SHIFT_FRACTION var
+  whatever the data (an outlier first element, sorted rows, ...), which bounds
+  the cancellation in ``_shifted_moments``. The block mean is taken
+  relative to the block's first element, so a constant group gets that
+  constant exactly.
+  """
+  n = math.prod(xf.shape[a] for a in axes)
+  want = min(n, max(_SHIFT_MIN, -(-n // _SHIFT_FRACTION)))
+  block, first, have = [slice(None)] * xf.ndim, [slice(None)] * xf.ndim, 1
+  for a in reversed(axes):
+    take = min(xf.shape[a], -(-want // have))
+    block[a], first[a] = slice(0, take), slice(0, 1)
+    have *= take
+  blk = xf[tuple(block)]
+  x0 = blk[tuple(first)]
+  return lax.stop_gradient(x0 + jnp.mean(blk - x0, axes, keepdims=True))
+
+
+def _shifted_moments(xf: Array, axes: Axes, eps: float) -> tuple[Array, Array, Array]:
+  """One-pass shifted statistics of ``xf`` over ``axes`` (keepdims, stat dtype).
+
+  Returns ``(shift, mean_d, rstd)``: with d = x - shift, ``mean_d = mean(d)``
+  and ``rstd = 1 / sqrt(var + eps)``, ``var = mean(d^2) - mean_d^2``. Both
+  sums read x once, in one pass. The subtraction cancels only as much as
+  mean_d^2 / var <= _SHIFT_FRACTION (see ``_standardize_shift``), so the
+  relative error of var stays a small multiple of float32 rounding, even far
+  from zero (1e4 + N(0, 0.1): d = x - shift is exact by Sterbenz's lemma).
+  """
+  shift = _standardize_shift(xf, axes)
+  d = xf - shift
+  mean_d = jnp.mean(d, axes, keepdims=True)
+  mean_d2 = jnp.mean(jnp.square(d), axes, keepdims=True)
+  var = jnp.maximum(mean_d2 - jnp.square(mean_d), 0)
+  return shift, mean_d, lax.rsqrt(var + eps)
+
+
+def _moments_cpu(xf: Array, axes: Axes, eps: float) -> tuple[Array, Array, Array]:
+  """``_shifted_moments``, with a fast path for well-conditioned inputs.
+
+  XLA:CPU runs row reductions as library kernels that need a materialised
+  input, so ``x - shift`` costs a full extra pass there. Unshifted sums read x
+  itself. They are used when every group has mean(x^2) <= (_SHIFT_FRACTION +
+  1) var: the same bound on cancellation that the shift guarantees (mean(d^2)
+  = var + mean_d^2), so the error bound is the same. The test is robust:
+  with cancellation error ~ rounding * mean(x^2), a computed var can pass it
+  only if the true ratio is within rounding of the bound. Any other input
+  (far from zero, constant rows) takes the shifted path.
+  """
+  mean = jnp.mean(xf, axes, keepdims=True)
+  mean_x2 = jnp.mean(jnp.square(xf), axes, keepdims=True)
+  var = jnp.maximum(mean_x2 - jnp.square(mean), 0)
+  ok = jnp.all(mean_x2 <= (_SHIFT_FRACTION + 1) * var)
+  return lax.cond(ok, lambda: (jnp.zeros_like(mean), mean, lax.rsqrt(var + eps)),
+                  lambda: _shifted_moments(xf, axes, eps))
+
+
+def _moments(x: Array, axes: Axes, eps: float) -> tuple[Array, Array, Array]:
+  """``(shift, mean_d, rstd)`` of x over ``axes``, in the stat dtype.
+
+  x_hat = ((x - shift) - mean_d) * rstd. ``_shifted_moments`` on GPU and TPU,
+  where the shift fuses into the reduction; ``_moments_cpu`` on CPU. (Under
+  vmap the CPU test becomes a select and both paths run.)
+  """
+  xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+  return lax.platform_dependent(
+      xf, cpu=functools.partial(_moments_cpu, axes=axes, eps=eps),
+      default=functools.partial(_shifted_moments, axes=axes, eps=eps))
+
+
+def _x_hat(x: Array, axes: Axes, eps: float) -> tuple[Array, Array]:
+  """(x_hat, rstd): x - mean never rounds the mean."""
+  shift, mean_d, rstd = _moments(x, axes, eps)
+  return ((x.astype(rstd.dtype) - shift) - mean_d) * rstd, rstd
+
+
+def _param(p: Array, shape: tuple[int, ...], axes: Axes) -> Array:
+  """A parameter of shape ``shape[axes]``, reshaped to broadcast against x."""
+  return p.reshape(tuple(shape[i] if i in axes else 1 for i in range(len(shape))))
+
+
+def _mean(v: Array, axes: Axes) -> Array:
+  return jnp.mean(v, axes, keepdims=True)
+
+
+def _forward_xla(x, gain, bias, *, axes, eps):
+  x_hat, _ = _x_hat(x, axes, eps)
+  y = x_hat * _param(gain, x.shape, axes) + _param(bias, x.shape, axes)
+  return y.astype(x.dtype)
+
+
+def _tangent_xla(x, gain, tx, tgain, tbias, *, axes, eps):
+  x_hat, rstd = _x_hat(x, axes, eps)
+  t = tx.astype(x_hat.dtype)
+  dx_hat = rstd * (t - _mean(t, axes) - x_hat * _mean(x_hat * t, axes))
+  ty = (_param(gain, x.shape, axes) * dx_hat + _param(tgain, x.shape, axes) * x_hat
+        + _param(tbias, x.shape, axes))
+  return ty.astype(x.dtype)
+
+
+def _backward_xla(x, gain, dy, *, axes, eps):
+  # The barrier keeps XLA from merging x_hat with the forward pass's: merged,
+  # XLA:CPU writes x_hat (and rstd broadcast to full size) to memory for the
+  # backward kernels to read back; apart, they recompute it from x.
+  # 4096x1024 float32 forward+backward on CPU: 2-2.6x faster (BENCHMARKS.md).
+  x = lax.optimization_barrier(x)
+  x_hat, rstd = _x_hat(x, axes, eps)
+  dy = dy.astype(x_hat.dtype)
+  rows = tuple(i for i in range(x.ndim) if i not in axes)
+  g = dy * _param(gain, x.shape, axes)
+  dx = rstd * (g - _mean(g, axes) - x_hat * _mean(x_hat * g, axes))
+  dgain = jnp.sum(dy * x_hat, rows).astype(gain.dtype)
+  dbias = jnp.sum(dy, rows).astype(gain.dtype)
+  return dx.astype(x.dtype), dgain, dbias
+
+
+def _native_ok(x_aval, axes: Axes) -> bool:
+  """Whether the fused CPU kernels take this input: float32, trailing axes."""
+  trailing = axes == tuple(range(x_aval.ndim - len(axes), x_aval.ndim))
+  return (x_aval.dtype == np.float32 and trailing and x_aval.size > 0
+          and native.load())
+
+
+# Every primitive has the parameters axes (sorted), eps and native (whether
+# the CPU lowering may use the fused kernels; the XLA versions ignore it).
+
+
+def _xla(xla_fn, params):
+  return functools.partial(xla_fn, axes=params["axes"], eps=params["eps"])
+
+
+def _primitive(name: str, xla_fn, native_target: str | None,
+               multiple_results: bool) -> Primitive:
+  p = Primitive(name)
+  p.multiple_results = multiple_results
+  xla_lowering = mlir.lower_fun(
+      lambda *args, **params: _xla(xla_fn, params)(*args),
+      multiple_results=multiple_results)
+  mlir.register_lowering(p, xla_lowering)
+  if native_target is not None:
+    native_lowering = jax.ffi.ffi_lowering(native_target)
+
+    def cpu_lowering(ctx, *args, axes, eps, native):
+      if native and _native_ok(ctx.avals_in[0], axes):
+        return native_lowering(ctx, *args, eps=np.float32(eps))
+      return xla_lowering(ctx, *args, axes=axes, eps=eps, native=native)
+
+    mlir.register_lowering(p, cpu_lowering, platform="cpu")
+
+  @functools.cache
+  def jitted(**params):
+    return jax.jit(functools.partial(p.bind, **params))
+
+  p.def_impl(lambda *args, **params: jitted(**params)(*args))
+
+  def vmapped(args, dims, **params):
+    # The XLA version under vmap: always right, and fused where XLA can.
+    out = jax.vmap(_xla(xla_fn, params), in_axes=dims)(*args)
+    return out, (0,) * len(out) if multiple_results else 0
+
+  batching.primitive_batchers[p] = vmapped
+
+  def jvp_of_xla(primals, tangents, **params):
+    # Only higher-order derivatives differentiate the linear maps themselves:
+    # through their XLA versions.
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    return jax.jvp(_xla(xla_fn, params), tuple(primals), tuple(tangents))
+
+  ad.primitive_jvps[p] = jvp_of_xla
+  return p
+
+
+forward_p = _primitive("lnorm_layer_norm", _forward_xla, "lnorm_layer_norm_fwd",
+                       multiple_results=False)
+tangent_p = _primitive("lnorm_layer_norm_tangent", _tangent_xla, None,
+                       multiple_results=False)
+backward_p = _primitive("lnorm_layer_norm_backward", _backward_xla,
+                        "lnorm_layer_norm_bwd", multiple_results=True)
+
+
+def _aval(x):
+  return jax.core.ShapedArray(x.shape, x.dtype)
+
+
+forward_p.def_abstract_eval(lambda x, gain, bias, **_: _aval(x))
+tangent_p.def_abstract_eval(lambda x, gain, tx, tgain, tbias, **_: _aval(x))
+backward_p.def_abstract_eval(
+    lambda x, gain, dy, **_: (_aval(x), _aval(gain), _aval(gain)))
+
+
+def _forward_jvp(primals, tangents, **params):
+  x, gain, bias = primals
+  tangents = [ad.instantiate_zeros(t) for t in tangents]
+  y = forward_p.bind(x, gain, bias, **params)
+  return y, tangent_p.bind(x, gain, *tangents, **params)
+
+
+def _forward_batched(args, dims, **params):
+  x, gain, bias = args
+  dx, dgain, dbias = dims
+  if dgain is None and dbias is None:  # unbatched
+    # A batch of x alone is more rows: the primitive itself, fused kernel
+    # included.
+    axes = tuple(a + 1 for a in params["axes"])
+    return forward_p.bind(jnp.moveaxis(x, dx, 0), gain, bias,
+                          **{**params, "axes": axes}), 0
+  return jax.vmap(_xla(_forward_xla, params), in_axes=dims)(*args), 0
+
+
+def _tangent_transpose(dy, x, gain, tx, tgain, tbias, **params):
+  assert not ad.is_undefined_primal(x) and not ad.is_undefined_primal(gain)
+  if type(dy) is ad.Zero:
+    return [None] * 5
+  cts = backward_p.bind(x, gain, dy, **params)
+  return [None, None] + [ct if ad.is_undefined_primal(t) else None
+                         for ct, t in zip(cts, (tx, tgain, tbias))]
+
+
+def _backward_transpose(cts, x, gain, dy, **params):
+  assert not ad.is_undefined_primal(x) and not ad.is_undefined_primal(gain)
+  if all(type(ct) is ad.Zero for ct in cts):
+    return [None] * 3
+  avals = (_aval(x), _aval(gain), _aval(gain))
+  cts = [jnp.zeros(a.shape, a.dtype) if type(ct) is ad.Zero else ct
+         for ct, a in zip(cts, avals)]
+  return [None, None, tangent_p.bind(x, gain, *cts, **params)]
+
+
+ad.primitive_jvps[forward_p] = _forward_jvp
+batching.primitive_batchers[forward_p] = _forward_batched
+ad.primitive_transposes[tangent_p] = _tangent_transpose
+ad.primitive_transposes[backward_p] = _backward_transpose
+
+
+def layer_norm(x: Array, gain: Array, bias: Array, *, axes: Axes, eps: float,
+               native: bool = True) -> Array:
+  """``gain * x_hat + bias`` over ``axes`` (sorted); gain and bias have the
+  shape ``x.shape[axes]`` and the stat dtype. Output in x's dtype.
+  ``native=False`` keeps to the XLA version on CPU too (benchmarks)."""
+  return forward_p.bind(x, gain, bias, axes=tuple(axes), eps=float(eps),
+                        native=bool(native))

@@ -1,0 +1,123 @@
+"""lnorm's native CPU kernels: built with the host's C++ compiler on first use.
+
+``load()`` compiles ``layer_norm_cpu.cc`` against the XLA FFI headers that
+jaxlib ships, caches the shared library, and registers its handlers as XLA:CPU
+custom-call targets. ``LNORM_NATIVE`` chooses what happens:
+
+* ``auto`` (default): build and use the kernels; if that fails (no compiler,
+  say), warn once and let ``layer_norm`` take its XLA path on CPU;
+* ``off``: never build them; ``layer_norm`` takes its XLA path;
+* ``require``: as ``auto``, but a failed build is an error (CI sets this).
+
+The library is cached in ``$LNORM_CACHE_DIR`` (default
+``$XDG_CACHE_HOME/lnorm`` or ``~/.cache/lnorm``) under a name hashed from the
+source, the flags, the compiler, jaxlib and the host CPU, so a change to any
+of them rebuilds it. It is written to a temporary file and renamed into place,
+so concurrent first uses (pytest workers, ``reproduce.py --jobs``) never load
+a half-written file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+from pathlib import Path
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+
+import jax
+import jaxlib
+
+SOURCE = Path(__file__).with_name("layer_norm_cpu.cc")
+# XLA custom-call target -> exported handler symbol.
+TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
+           "lnorm_layer_norm_bwd": "LnormLayerNormBwd"}
+# No -ffast-math: the kernels' accuracy rests on the order of their float
+# operations (see layer_norm_cpu.cc).
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
+MODES = ("auto", "off", "require")
+
+
+def mode() -> str:
+  value = os.environ.get("LNORM_NATIVE", "auto")
+  if value not in MODES:
+    raise ValueError(f"LNORM_NATIVE={value!r}: expected one of {', '.join(MODES)}")
+  return value
+
+
+def cache_dir() -> Path:
+  if "LNORM_CACHE_DIR" in os.environ:
+    return Path(os.environ["LNORM_CACHE_DIR"])
+  base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+  return Path(base) / "lnorm"
+
+
+def _cpu_flags() -> str:
+  # -march=native builds for this CPU: a cache shared with another CPU model
+  # must not hand it a library with instructions it lacks.
+  try:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+      if line.startswith(("flags", "Features")):
+        return line
+  except OSError:
+    pass
+  return platform.processor()
+
+
+def _compiler() -> str:
+  for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+    if name and shutil.which(name):
+      return name
+  raise OSError("no C++ compiler found (set CXX)")
+
+
+def build() -> Path:
+  """Compiles the kernels (or finds them in the cache) and returns the path."""
+  cxx = _compiler()
+  version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                           check=True).stdout
+  key = hashlib.sha256("\0".join([
+      SOURCE.read_text(), " ".join(FLAGS), version, jaxlib.__version__,
+      platform.machine(), _cpu_flags()]).encode()).hexdigest()[:16]
+  out = cache_dir() / f"layer_norm_cpu-{key}.so"
+  if out.exists():
+    return out
+  out.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+  os.close(fd)
+  try:
+    proc = subprocess.run(
+        [cxx, *FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp],
+        capture_output=True, text=True)
+    if proc.returncode != 0:
+      raise OSError(f"{cxx} failed: {proc.stderr.strip()[-2000:]}")
+    os.replace(tmp, out)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+  return out
+
+
+@functools.cache
+def load() -> bool:
+  """Builds and registers the kernels once per process; False if unavailable."""
+  if mode() == "off":
+    return False
+  try:
+    lib = ctypes.cdll.LoadLibrary(str(build()))
+    for target, symbol in TARGETS.items():
+      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
+                                  platform="cpu")
+  except (OSError, subprocess.SubprocessError, AttributeError) as e:
+    if mode() == "require":
+      raise RuntimeError(f"lnorm: LNORM_NATIVE=require, but the native CPU "
+                         f"kernels could not be built: {e}") from e
+    warnings.warn(f"lnorm: native CPU kernels unavailable ({e}); layer_norm "
+                  "runs its XLA version on CPU", RuntimeWarning, stacklevel=2)
+    return False
+  return True

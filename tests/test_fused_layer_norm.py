@@ -1,0 +1,210 @@
+"""layer_norm's primitives and native CPU kernels: every transform, both paths.
+
+The references are float64 NumPy (the forward) and autodiff of a naive
+float64 layer norm (the derivatives), written from the paper's equations.
+"""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lnorm import fused_layer_norm as F
+from lnorm import native
+from lnorm import normalization as N
+
+RNG = np.random.default_rng(1)
+EPS = 1e-5
+
+
+def naive(x, g, b):
+  m = jnp.mean(x, -1, keepdims=True)
+  v = jnp.mean((x - m) ** 2, -1, keepdims=True)
+  bshape = (1,) * (x.ndim - 1) + (-1,)
+  return (x - m) / jnp.sqrt(v + EPS) * jnp.reshape(g, bshape) + jnp.reshape(b, bshape)
+
+
+def rel_err(y, ref):
+  y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
+  return np.abs(y - ref).max() / max(np.abs(ref).max(), 1e-30)
+
+
+def data(shape, mean=0.5, spread=2.0):
+  x = (mean + spread * RNG.normal(size=shape)).astype(np.float32)
+  n = shape[-1]
+  g = (1 + 0.3 * RNG.normal(size=n)).astype(np.float32)
+  b = (0.3 * RNG.normal(size=n)).astype(np.float32)
+  dy = RNG.normal(size=shape).astype(np.float32)
+  return x, g, b, dy
+
+
+def grads64(x, g, b, dy):
+  with jax.enable_x64(True):
+    f = lambda x, g, b: jnp.sum(naive(x, g, b) * dy.astype(np.float64))
+    return [np.asarray(a) for a in jax.grad(f, argnums=(0, 1, 2))(
+        *(a.astype(np.float64) for a in (x, g, b)))]
+
+
+@pytest.fixture(params=["native", "xla"])
+def impl(request, monkeypatch):
+  if request.param == "native" and not native.load():
+    pytest.skip("native kernels unavailable (LNORM_NATIVE=require makes this an error)")
+  if request.param == "xla":
+    monkeypatch.setattr(F, "_native_ok", lambda *_: False)
+  jax.clear_caches()
+  yield request.param
+  jax.clear_caches()
+
+
+def hlo(f, *args):
+  return jax.jit(f).lower(*args).as_text()
+
+
+def test_native_kernels_serve_float32_trailing_axes_on_cpu():
+  if not native.load():
+    pytest.skip("native kernels unavailable")
+  x, g, b, dy = data((8, 400))
+  loss = lambda x, g, b: jnp.sum(N.layer_norm(x, g, b) * dy)
+  assert "lnorm_layer_norm_fwd" in hlo(lambda x: N.layer_norm(x, g, b), x)
+  assert "lnorm_layer_norm_bwd" in hlo(jax.grad(loss, argnums=(0, 1, 2)), x, g, b)
+  x3 = x.reshape(2, 4, 400)
+  assert "lnorm_layer_norm_fwd" in hlo(lambda x: N.layer_norm(x, axis=(1, 2)), x3)
+  # The XLA version everywhere else.
+  assert "custom_call" not in hlo(lambda x: N.layer_norm(x, axis=0), x)
+  assert "custom_call" not in hlo(N.layer_norm, x.astype(jnp.bfloat16))
+  assert "custom_call" not in hlo(
+      lambda x: F.layer_norm(x, g, b, axes=(1,), eps=EPS, native=False), x)
+
+
+# Shapes: one row chunk; rows of a length that is not a multiple of the
+# kernels' 8- and 16-wide steps; several chunks (the thread pool); and more
+# than kFlushRows rows per chunk.
+SHAPES = [(8, 400), (5, 37), (3, 1), (300, 1000), (2000, 72)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_forward_and_gradients_match_float64(shape, impl):
+  x, g, b, dy = data(shape)
+  with jax.enable_x64(True):
+    ref = np.asarray(naive(*(a.astype(np.float64) for a in (x, g, b))))
+  assert rel_err(jax.jit(N.layer_norm)(x, g, b), ref) < 1e-5
+  loss = lambda x, g, b: jnp.sum(N.layer_norm(x, g, b) * dy)
+  ours = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x, g, b)
+  for o, r in zip(ours, grads64(x, g, b, dy)):
+    assert o.dtype == np.float32
+    assert rel_err(o, r) < 2e-5
+
+
+@pytest.mark.parametrize("mean", [1e4, -3e5])
+def test_rows_far_from_zero_with_outliers_first(mean, impl):
+  # The native kernel's shift starts at each row's first element: make some
+  # of them outliers, which must cost nothing in accuracy.
+  x = (mean + RNG.normal(0, 0.1, (64, 1000))).astype(np.float32)
+  x[::3, 0] += 50.0
+  x[1::3, 0] -= 1e3
+  ref = ((x.astype(np.float64) - x.mean(1, keepdims=True, dtype=np.float64))
+         / np.sqrt(x.astype(np.float64).var(1, keepdims=True) + EPS))
+  assert rel_err(jax.jit(N.layer_norm)(x), ref) < 1e-4
+  dy = RNG.normal(size=x.shape).astype(np.float32)
+  g = jax.jit(jax.grad(lambda x: jnp.sum(N.layer_norm(x) * dy)))(x)
+  ones = np.ones(1000, np.float32)
+  assert rel_err(g, grads64(x, ones, 0 * ones, dy)[0]) < 1e-3
+
+
+def test_forward_mode_and_second_order_match_float64(impl):
+  x, g, b, _ = data((6, 50))
+  t = RNG.normal(size=x.shape).astype(np.float32)
+  f32 = lambda x: N.layer_norm(x, g, b)
+  _, jo = jax.jvp(f32, (x,), (t,))
+  hvp = lambda f, x: jax.jvp(jax.grad(lambda x: jnp.sum(jnp.sin(f(x)))), (x,),
+                             (t.astype(x.dtype),))[1]
+  ho = hvp(f32, x)
+  with jax.enable_x64(True):
+    f64 = lambda x: naive(x, g.astype(np.float64), b.astype(np.float64))
+    x64, t64 = x.astype(np.float64), t.astype(np.float64)
+    _, jr = jax.jvp(f64, (x64,), (t64,))
+    hr = hvp(f64, x64)
+  assert rel_err(jo, jr) < 1e-4
+  assert rel_err(ho, hr) < 1e-3
+  # Reverse over reverse: the gradient of a gradient norm.
+  gg = lambda f: jax.grad(lambda g_: jnp.sum(jax.grad(
+      lambda x: jnp.sum(jnp.sin(f(x, g_))))(x) ** 2))
+  ours = gg(lambda x, g_: N.layer_norm(x, g_, b))(g)
+  with jax.enable_x64(True):
+    ref = gg(lambda x, g_: naive(x.astype(np.float64), g_, b.astype(np.float64)))(
+        g.astype(np.float64))
+  assert rel_err(ours, ref) < 1e-3
+
+
+def test_vmap_over_inputs_and_over_gains(impl):
+  x, g, b, dy = data((4, 6, 40))
+  gs = np.stack([g, 2 * g, -g, g + 1])
+  per_x = jax.vmap(lambda x: N.layer_norm(x, g, b))(x)
+  per_g = jax.vmap(lambda x, g: N.layer_norm(x, g, b))(x, gs)
+  for i in range(4):
+    np.testing.assert_allclose(per_x[i], N.layer_norm(x[i], g, b), atol=1e-6)
+    np.testing.assert_allclose(per_g[i], N.layer_norm(x[i], gs[i], b), atol=1e-6)
+  # Per-example gradients, and a Jacobian by forward mode.
+  loss = lambda x, g: jnp.sum(N.layer_norm(x, g, b) * dy[0])
+  per_ex = jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, None))(x, g)
+  for i in range(4):
+    for a, r in zip(per_ex, jax.grad(loss, argnums=(0, 1))(x[i], g)):
+      np.testing.assert_allclose(a[i], r, rtol=1e-5, atol=1e-5)
+  row = x[0, 0]
+  jac = jax.jacfwd(lambda r: N.layer_norm(r, g, b))(row)
+  jac_rev = jax.jacrev(lambda r: N.layer_norm(r, g, b))(row)
+  np.testing.assert_allclose(jac, jac_rev, rtol=1e-5, atol=1e-5)
+
+
+def test_eager_and_jit_agree(impl):
+  x, g, b, _ = data((8, 40))
+  np.testing.assert_array_equal(N.layer_norm(x, g, b), jax.jit(N.layer_norm)(x, g, b))
+
+
+def test_constant_rows_give_the_bias(impl):
+  x = np.full((4, 33), 3.0, np.float32)
+  _, g, b, dy = data((4, 33))
+  np.testing.assert_allclose(jax.jit(N.layer_norm)(x, g, b), np.broadcast_to(b, x.shape),
+                             atol=1e-6)
+  grads = jax.grad(lambda x, g, b: jnp.sum(N.layer_norm(x, g, b) * dy),
+                   argnums=(0, 1, 2))(x, g, b)
+  assert all(np.isfinite(a).all() for a in grads)
+
+
+def test_native_mode_must_be_known(monkeypatch):
+  monkeypatch.setenv("LNORM_NATIVE", "sometimes")
+  with pytest.raises(ValueError, match="LNORM_NATIVE='sometimes': expected one of"):
+    native.mode()
+
+
+def test_native_off_and_a_missing_compiler(tmp_path):
+  # In a fresh process: load() caches its answer per process.
+  code = ("import warnings; warnings.simplefilter('error')\n"
+          "from lnorm import native\n"
+          "try:\n  print(native.load())\n"
+          "except Exception as e:\n  print(type(e).__name__, e)\n")
+  def run(**env):
+    env = {**os.environ, "LNORM_CACHE_DIR": str(tmp_path), **env}
+    return subprocess.run([sys.executable, "-c", code], env=env, text=True,
+                          capture_output=True, check=True).stdout.strip()
+  assert run(LNORM_NATIVE="off") == "False"
+  assert list(tmp_path.iterdir()) == []  # off builds nothing
+  out = run(LNORM_NATIVE="auto", CXX="no-such-compiler", PATH="/nonexistent")
+  assert out.startswith("RuntimeWarning lnorm: native CPU kernels unavailable")
+  out = run(LNORM_NATIVE="require", CXX="no-such-compiler", PATH="/nonexistent")
+  assert out.startswith("RuntimeError lnorm: LNORM_NATIVE=require")
+
+
+def test_build_is_cached(tmp_path, monkeypatch):
+  if native.mode() == "off":
+    pytest.skip("LNORM_NATIVE=off")
+  monkeypatch.setenv("LNORM_CACHE_DIR", str(tmp_path))
+  path = native.build()
+  assert path.parent == tmp_path and path.suffix == ".so"
+  stamp = path.stat().st_mtime_ns
+  assert native.build() == path and path.stat().st_mtime_ns == stamp
+  assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporaries left
