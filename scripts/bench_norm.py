@@ -8,8 +8,12 @@ For each shape (a batch of rows, normalized over the last axis, float32, with
 a gain and a bias, eps=1e-5) it times, side by side in this one process:
 
 * forward: ``y = LN(x)``;
-* forward+backward: the gradients of ``sum(y * dy)`` (``dy`` a fixed random
-  cotangent) with respect to x, gain and bias, all three returned.
+* forward+backward: ``y`` and the gradients of ``sum(y * dy)`` (``dy`` a
+  fixed random cotangent) with respect to x, gain and bias, all four
+  returned, as in a training step, which needs the forward's output too.
+  (Returning the gradients alone would let XLA drop a forward pass whose
+  output the backward does not read: ours, whose backward kernel recomputes
+  the statistics from x, would then be timed without its forward.)
 
 ``ours`` is ``lnorm.normalization.layer_norm``, which on CPU runs the fused
 native kernels of ``lnorm/native`` (where they built). ``xla`` is the same
@@ -116,9 +120,10 @@ def jax_candidates(x, g, b, dy):
     return x * g + b
 
   def fwd_bwd(f):
-    def loss(x, g, b, dy):
-      return jnp.sum(f(x, g, b) * dy)
-    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    def step(x, g, b, dy):
+      y, vjp = jax.vjp(f, x, g, b)
+      return y, vjp(dy)
+    return jax.jit(step)
 
   out = {}
   for name, f in (("ours", ours), ("xla", xla), ("flax", flax_ln),
@@ -151,7 +156,7 @@ def torch_candidates(x, g, b, dy):
       t.grad = None
     y = F.layer_norm(xr, shape, gr, br, EPS)
     y.backward(dyt)
-    return xr.grad, gr.grad, br.grad
+    return y, (xr.grad, gr.grad, br.grad)
 
   return {("torch", "fwd"): fwd, ("torch", "fwd+bwd"): fwd_bwd}, str(xt.device)
 
@@ -162,17 +167,19 @@ def torch_candidates(x, g, b, dy):
 def check_agreement(cands):
   """The candidates compute the same thing (guards against a wrong benchmark)."""
   ref_y = np.asarray(cands[("flax", "fwd")]())
-  ref_g = [np.asarray(a) for a in cands[("flax", "fwd+bwd")]()]
+  ref_y2, ref_g = cands[("flax", "fwd+bwd")]()
+  np.testing.assert_allclose(np.asarray(ref_y2), ref_y, rtol=1e-6, atol=1e-6)
   for name in ("ours", "xla", "torch"):
     if (name, "fwd") not in cands:
       continue
     y = cands[(name, "fwd")]()
-    grads = cands[(name, "fwd+bwd")]()
+    y2, grads = cands[(name, "fwd+bwd")]()
     if name == "torch":
-      y = y.numpy()
+      y, y2 = y.numpy(), y2.detach().numpy()
       grads = [t.detach().numpy() for t in grads]
-    np.testing.assert_allclose(np.asarray(y), ref_y, rtol=1e-3, atol=1e-3)
-    for a, r in zip(grads, ref_g):
+    for out in (y, y2):
+      np.testing.assert_allclose(np.asarray(out), ref_y, rtol=1e-3, atol=1e-3)
+    for a, r in zip(grads, map(np.asarray, ref_g)):
       scale = float(np.max(np.abs(r))) + 1e-6
       np.testing.assert_allclose(np.asarray(a), r, rtol=1e-3, atol=2e-3 * scale)
 

@@ -44,7 +44,7 @@ namespace {
 // backward pass adds its per-chunk column sums in chunk order, so results do
 // not depend on the number of threads or on their timing.
 #ifndef LNORM_CHUNK_ELEMENTS
-#define LNORM_CHUNK_ELEMENTS (1 << 17)
+#define LNORM_CHUNK_ELEMENTS (1 << 15)
 #endif
 constexpr int64_t kChunkElements = LNORM_CHUNK_ELEMENTS;
 constexpr int64_t kMaxChunks = 64;
