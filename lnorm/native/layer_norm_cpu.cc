@@ -43,10 +43,7 @@ namespace {
 // intra-op thread pool runs. The split depends on the shape alone, and the
 // backward pass adds its per-chunk column sums in chunk order, so results do
 // not depend on the number of threads or on their timing.
-#ifndef LNORM_CHUNK_ELEMENTS
-#define LNORM_CHUNK_ELEMENTS (1 << 15)
-#endif
-constexpr int64_t kChunkElements = LNORM_CHUNK_ELEMENTS;
+constexpr int64_t kChunkElements = 1 << 15;
 constexpr int64_t kMaxChunks = 64;
 
 int64_t NumChunks(int64_t rows, int64_t n) {
