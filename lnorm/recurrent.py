@@ -38,7 +38,9 @@ from flax import linen as nn
 from flax.linen import initializers
 from flax.linen.dtypes import promote_dtype
 from flax.typing import Array, Dtype, Initializer, PRNGKey
+import numpy as np
 
+from lnorm import native
 from lnorm.normalization import batch_norm, layer_norm
 
 Carry = Any
@@ -569,6 +571,10 @@ class Recurrent(nn.Module):
 #   and the gain and bias gradients are summed per example in its carry.
 # * Each forward step saves one packed row, as small as possible: on the CPU,
 #   memory written per step cost more than recomputing the gates.
+# * On CPU (float32), each step's elementwise work, everything between the
+#   matmuls with W_h, is one native kernel (``lnorm/native/lstm_cpu.cc``)
+#   instead of the dozen small XLA kernels it compiles to, whose fixed costs
+#   were most of the LN-LSTM's overhead over the plain one.
 
 _NORMS = ('none', 'layer', 'layer_c')
 
@@ -621,16 +627,51 @@ def _saved_sizes(norm: str, H: int, masked: bool) -> list[int]:
   return sizes
 
 
-def _lstm_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
+def _native_ok(dtype) -> bool:
+  """Whether the scans may run their elementwise steps as native CPU kernels
+  (float32, and the kernels built): chosen per platform when lowering."""
+  return jnp.dtype(dtype) == jnp.float32 and native.load()
+
+
+def _cpu_native(xla_fn: Callable, native_fn: Callable) -> Callable:
+  """``xla_fn``, lowered on CPU as ``native_fn`` (the same function, one native
+  kernel). Derivatives, which only higher orders take (the scans are inside a
+  custom VJP), go through ``xla_fn``."""
+  @jax.custom_jvp
+  def f(*args):
+    return jax.lax.platform_dependent(*args, cpu=native_fn, default=xla_fn)
+
+  f.defjvp(lambda primals, tangents: jax.jvp(xla_fn, primals, tangents))
+  return f
+
+
+_NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
+
+
+def _native_params(norm, H, dtype, gx_4H, b_4H, g_4H, g_H, b_H):
+  """The kernels take every parameter: ones and zeros for those ``norm`` lacks."""
+  ones = lambda n: jnp.ones((n,), dtype)
+  return (ones(4 * H) if gx_4H is None else gx_4H, b_4H,
+          ones(4 * H) if g_4H is None else g_4H,
+          ones(H) if g_H is None else g_H,
+          jnp.zeros((H,), dtype) if b_H is None else b_H)
+
+
+def _mask_f32(m_Bx1, B):
+  return (jnp.ones((B,), jnp.float32) if m_Bx1 is None
+          else m_Bx1.reshape(B).astype(jnp.float32))
+
+
+def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
               b_H, c0_BxH, h0_BxH, m_TxB):
   """The scan. Returns ((y, c_T, h_T), saved rows (T, B, sum(sizes)))."""
   masked = m_TxB is not None
-  H = h0_BxH.shape[-1]
+  B, H = h0_BxH.shape
+  S = sum(_saved_sizes(norm, H, masked))
 
-  def step(carry, inp):
-    c_BxH, h_BxH = carry
-    xh_Bx4H, m_Bx1 = inp
-    a_Bx4H = h_BxH @ w_Hx4H
+  def pointwise(a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H, g_4H, g_H,
+                b_H):
+    """Everything in a step after ``a = h @ w``."""
     xz_Bx4H = xh_Bx4H if gx_4H is None else xh_Bx4H * gx_4H[None]
     if norm == 'layer':
       ra_Bx1 = _rsqrt_mean_square(a_Bx4H, eps)
@@ -654,10 +695,31 @@ def _lstm_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
       saved.append(h_BxH)
     saved = jnp.concatenate(saved, -1)
     if not masked:
-      return (c_new, h_new), (h_new, saved)
+      return c_new, h_new, h_new, saved
     y_BxH = jnp.where(m_Bx1, h_new, jnp.zeros_like(h_new))
     c_new = jnp.where(m_Bx1, c_new, c_BxH)
     h_new = jnp.where(m_Bx1, h_new, h_BxH)
+    return c_new, h_new, y_BxH, saved
+
+  def pointwise_native(a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, *params):
+    f32 = jax.ShapeDtypeStruct
+    return jax.ffi.ffi_call(
+        'lnorm_lstm_fwd', (f32((B, H), jnp.float32),) * 3
+        + (f32((B, S), jnp.float32),), vmap_method='sequential')(
+            a_Bx4H, xh_Bx4H, c_BxH, h_BxH, _mask_f32(m_Bx1, B),
+            *_native_params(norm, H, jnp.float32, *params),
+            norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
+            eps=np.float32(eps))
+
+  if use_native and _native_ok(xh_TxBx4H.dtype):
+    pointwise = _cpu_native(pointwise, pointwise_native)
+
+  def step(carry, inp):
+    c_BxH, h_BxH = carry
+    xh_Bx4H, m_Bx1 = inp
+    c_new, h_new, y_BxH, saved = pointwise(
+        h_BxH @ w_Hx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H, g_4H, g_H,
+        b_H)
     return (c_new, h_new), (y_BxH, saved)
 
   m_TxBx1 = None if m_TxB is None else m_TxB[..., None]
@@ -666,8 +728,8 @@ def _lstm_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
   return (y_TxBxH, c_BxH, h_BxH), saved
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _lstm_scan(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
+def _lstm_scan(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
                b_H, c0_BxH, h0_BxH, m_TxB):
   """LSTM over time from the projected inputs; returns (y, c_T, h_T).
 
@@ -676,19 +738,19 @@ def _lstm_scan(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
   'layer' and 'layer_c' normalize c_t with ``g_H``, ``b_H``. ``m_TxB``: the
   mask, or None.
   """
-  return _lstm_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
-                   g_H, b_H, c0_BxH, h0_BxH, m_TxB)[0]
+  return _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H,
+                   w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)[0]
 
 
-def _lstm_scan_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
+def _lstm_scan_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
                    g_H, b_H, c0_BxH, h0_BxH, m_TxB):
-  out, saved = _lstm_fwd(norm, eps, unroll, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
-                         g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)
+  out, saved = _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H,
+                         b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)
   return out, (saved, out[0], xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
                h0_BxH, m_TxB)
 
 
-def _lstm_scan_bwd(norm, eps, unroll, res, cts):
+def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   (saved, y_TxBxH, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h0_BxH,
    m_TxB) = res
   dy_TxBxH, dc_BxH, dh_BxH = cts
@@ -703,9 +765,10 @@ def _lstm_scan_bwd(norm, eps, unroll, res, cts):
   sum_sizes = ([4 * H] + ([4 * H] * 2 if norm == 'layer' else [])
                + ([H] * 2 if norm != 'none' else []))
 
-  def step(carry, inp):
-    dc_BxH, dh_BxH, sums = carry
-    dy_BxH, row, xh_Bx4H, m_Bx1 = inp
+  def pointwise(dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H,
+                b_4H, g_4H, g_H, b_H):
+    """Everything in a step but ``dh_{t-1} = d(h @ w) @ w^T``: returns
+    (dc_{t-1}, d(h @ w), outs, sums)."""
     parts = _split(row, sizes)
     if norm == 'layer':
       ah_Bx4H, ra_Bx1, c_prev = parts[:3]
@@ -743,17 +806,44 @@ def _lstm_scan_bwd(norm, eps, unroll, res, cts):
       terms = [dz_Bx4H * ah_Bx4H, dz_Bx4H * xh_Bx4H] + terms
       d_Bx4H = dz_Bx4H * g_4H[None]
       da_Bx4H = ra_Bx1 * (d_Bx4H - ah_Bx4H * _mean(ah_Bx4H * d_Bx4H))
-      outs = (dz_Bx4H * gx_4H[None], da_Bx4H)  # d xh, d (h @ w)
+      outs = (dz_Bx4H * gx_4H[None],)  # d xh
     else:
       da_Bx4H = dz_Bx4H
-      outs = (dz_Bx4H,)
+      outs = ()
     sums = tuple(s + t for s, t in zip(sums, [dz_Bx4H] + terms))
-    dh_prev = da_Bx4H @ wt_4HxH
     dc_prev = dc_new * f
     if masked:
-      dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
       dc_prev = jnp.where(m_Bx1, dc_prev, dc_BxH)
-    return (dc_prev, dh_prev, sums), outs
+    return dc_prev, da_Bx4H, outs, sums
+
+  def pointwise_native(dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums,
+                       *params):
+    sds = lambda n: jax.ShapeDtypeStruct((B, n), jnp.float32)
+    n_outs = 1 if norm == 'layer' else 0
+    res = jax.ffi.ffi_call(
+        'lnorm_lstm_bwd', (sds(H), sds(4 * H)) + (sds(4 * H),) * n_outs
+        + tuple(sds(n) for n in sum_sizes), vmap_method='sequential',
+        input_output_aliases={11 + k: 2 + n_outs + k
+                              for k in range(len(sum_sizes))})(
+            dy_BxH, row, xh_Bx4H, _mask_f32(m_Bx1, B), dc_BxH, dh_BxH,
+            *_native_params(norm, H, jnp.float32, *params), *sums,
+            norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked))
+    return (res[0], res[1], tuple(res[2:2 + n_outs]),
+            tuple(res[2 + n_outs:]))
+
+  if use_native and _native_ok(dy_TxBxH.dtype):
+    pointwise = _cpu_native(pointwise, pointwise_native)
+
+  def step(carry, inp):
+    dc_BxH, dh_BxH, sums = carry
+    dy_BxH, row, xh_Bx4H, m_Bx1 = inp
+    dc_prev, da_Bx4H, outs, sums = pointwise(
+        dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H, b_4H, g_4H,
+        g_H, b_H)
+    dh_prev = da_Bx4H @ wt_4HxH
+    if masked:
+      dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
+    return (dc_prev, dh_prev, sums), outs + (da_Bx4H,)
 
   sums0 = tuple(jnp.zeros((B, n), dy_TxBxH.dtype) for n in sum_sizes)
   m_TxBx1 = None if m_TxB is None else m_TxB[..., None]
@@ -819,6 +909,9 @@ class LSTM(nn.Module):
   (*batch, H), zeros by default. Returns ``y``, or ``((c_T, h_T), y)`` with
   ``return_carry``. ``dtype`` is the compute dtype (statistics accumulate in
   at least float32); ``unroll`` goes to both scans (1 was fastest here).
+  On CPU, float32 scans run each time step's elementwise work (everything
+  but the matmuls with W_h) as one native kernel (``lnorm/native``);
+  ``native=False`` keeps them in XLA, as on other platforms.
   """
 
   features: int
@@ -827,6 +920,7 @@ class LSTM(nn.Module):
   forget_bias: float = 0.0
   return_carry: bool = False
   unroll: int = 1
+  native: bool = True
   kernel_init: Initializer = default_kernel_init
   recurrent_kernel_init: Initializer = default_recurrent_kernel_init
   bias_init: Initializer = initializers.zeros_init()
@@ -878,8 +972,9 @@ class LSTM(nn.Module):
     else:
       c0, h0 = (jnp.asarray(a, xh_TxBx4H.dtype).reshape((B, H))
                 for a in initial_carry)
-    y, c, h = _lstm_scan(self.norm, float(self.eps), self.unroll, xh_TxBx4H,
-                         g_x, b_4H, k_h, g_h, g_c, b_c, c0, h0, mask)
+    y, c, h = _lstm_scan(self.norm, float(self.eps), self.unroll,
+                         bool(self.native), xh_TxBx4H, g_x, b_4H, k_h, g_h,
+                         g_c, b_c, c0, h0, mask)
     y = jnp.moveaxis(y, 0, 1).reshape(batch_shape + (T, H))
     if not self.return_carry:
       return y

@@ -56,7 +56,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import flax.linen as nn

@@ -18,7 +18,9 @@ parameter. Shapes (T steps, batch B, H units, I inputs, L stacked layers):
 Candidates (``--candidates`` picks some by name):
 
 * ``LSTM(none)``, ``LSTM(layer)``, ``LSTM(layer_c)``: ``lnorm.recurrent.LSTM``
-  (the sequence module; 'layer_c' is the DRAW variant), L modules stacked;
+  (the sequence module; 'layer_c' is the DRAW variant), L modules stacked.
+  On CPU its time steps run native kernels; ``LSTM(none) xla`` and so on
+  are the same modules with ``native=False``, all in XLA (as on a GPU);
 * ``RNN(LSTMCell)``, ``RNN(LNLSTMCell)``, ``RNN(LayerNormCLSTMCell)``,
   ``RNN(GRUCell)``, ``RNN(LNGRUCell)``: the cells under ``flax.linen.RNN``;
 * ``torch LSTM``: ``torch.nn.LSTM(num_layers=L)`` (fused; oneDNN on CPU,
@@ -72,14 +74,19 @@ SHAPES = {  # name: (T, B, H, I, L)
     "handwriting": (500, 8, 400, 3, 3),
     "draw": (64, 128, 256, 256, 1),
 }
-SEQ = {"LSTM(none)": "none", "LSTM(layer)": "layer",
-       "LSTM(layer_c)": "layer_c"}
+# name: (norm, native): "xla" keeps the scans' steps in XLA on CPU too.
+SEQ = {"LSTM(none)": ("none", True), "LSTM(layer)": ("layer", True),
+       "LSTM(layer_c)": ("layer_c", True),
+       "LSTM(none) xla": ("none", False), "LSTM(layer) xla": ("layer", False),
+       "LSTM(layer_c) xla": ("layer_c", False)}
 CELLS = {"RNN(LSTMCell)": R.LSTMCell, "RNN(LNLSTMCell)": R.LNLSTMCell,
          "RNN(LayerNormCLSTMCell)": R.LayerNormCLSTMCell,
          "RNN(GRUCell)": R.GRUCell, "RNN(LNGRUCell)": R.LNGRUCell}
 # The cell each sequence candidate must agree with.
 SAME = {"LSTM(none)": "RNN(LSTMCell)", "LSTM(layer)": "RNN(LNLSTMCell)",
-        "LSTM(layer_c)": "RNN(LayerNormCLSTMCell)"}
+        "LSTM(layer_c)": "RNN(LayerNormCLSTMCell)",
+        "LSTM(none) xla": "RNN(LSTMCell)", "LSTM(layer) xla": "RNN(LNLSTMCell)",
+        "LSTM(layer_c) xla": "RNN(LayerNormCLSTMCell)"}
 TORCH = ("torch LSTM", "torch LN-LSTM")
 ALL = tuple(SEQ) + tuple(CELLS) + TORCH
 BASES = ("LSTM(none)", "torch LSTM", "torch LN-LSTM")
@@ -125,14 +132,16 @@ def jax_candidates(names, shape, x, dy, seed):
   out, params = {}, {}
   for name in (n for n in ALL if n in names):
     if name in SEQ:
-      model = Stack(lambda name, n=SEQ[name]: R.LSTM(H, norm=n, name=name), L)
+      model = Stack(lambda name, n=SEQ[name]: R.LSTM(
+          H, norm=n[0], native=n[1], name=name), L)
       p = model.init(jax.random.key(seed), x)["params"]
       params[name] = p
     elif name in CELLS:
       # parent=None: nn.RNN, not Stack, adopts the cell (as 'cell').
       model = Stack(
           lambda name, c=CELLS[name]: nn.RNN(c(H, parent=None), name=name), L)
-      seq = next((s for s, c in SAME.items() if c == name), None)
+      seq = next((s for s, c in SAME.items() if c == name and s in params),
+                 None)
       if seq in params:  # the same numbers as the sequence module
         p = {k: {"cell": v} for k, v in params[seq].items()}
       else:

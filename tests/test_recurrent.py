@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lnorm import native
 from lnorm import recurrent as R
 
 B, I, H, T = 3, 4, 5, 6
@@ -548,9 +549,22 @@ def _seq_runs(lstm, cell, mask):
   return ours, ref
 
 
+@pytest.fixture(params=['native', 'xla'])
+def lstm_impl(request, monkeypatch):
+  """Runs an LSTM test on both CPU versions of the scans' steps: the native
+  kernels and XLA's."""
+  if request.param == 'native' and not native.load():
+    pytest.skip('native kernels unavailable (LNORM_NATIVE=require makes this an error)')
+  if request.param == 'xla':
+    monkeypatch.setattr(R, '_native_ok', lambda dtype: False)
+  jax.clear_caches()
+  yield request.param
+  jax.clear_caches()
+
+
 @pytest.mark.parametrize('masked', [False, True])
 @pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_matches_recurrent_cell(norm, masked):
+def test_lstm_matches_recurrent_cell(norm, masked, lstm_impl):
   """Outputs, final carry and all gradients equal those of the cell's scan."""
   lstm, cell, params, x, carry0, mask = _seq_setup(norm)
   mask = mask if masked else None
@@ -587,7 +601,7 @@ def test_lstm_gradients_exact_in_float64(norm):
 
 
 @pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_matches_nn_rnn_and_defaults(norm):
+def test_lstm_matches_nn_rnn_and_defaults(norm, lstm_impl):
   """No mask, zero initial carry, y only: as ``nn.RNN(cell)``."""
   lstm, cell, params, x, _, _ = _seq_setup(norm)
   y = jax.jit(R.LSTM(H, norm=norm).apply)({'params': params}, x)
@@ -595,7 +609,46 @@ def test_lstm_matches_nn_rnn_and_defaults(norm):
   np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
 
 
-def test_lstm_layer_norm_far_from_zero():
+@pytest.mark.parametrize('masked', [False, True])
+@pytest.mark.parametrize('norm', list(SEQ_CELLS))
+def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
+  if not native.load():
+    pytest.skip('native kernels unavailable')
+  lstm, _, params, x, carry0, mask = _seq_setup(norm)
+  mask = mask if masked else None
+  ours, _ = _seq_runs(lstm, None, mask)
+  text = jax.jit(_seq_grad(ours)).lower(params, x, carry0).as_text()
+  assert 'lnorm_lstm_fwd' in text and 'lnorm_lstm_bwd' in text
+  with jax.enable_x64(True):  # float64 keeps to XLA
+    lstm64, _, p64, x64, c64, _ = _seq_setup(norm, jnp.float64)
+    ours64, _ = _seq_runs(lstm64, None, None)
+    assert 'lnorm_lstm' not in jax.jit(ours64).lower(p64, x64, c64).as_text()
+
+
+@pytest.mark.parametrize('norm', list(SEQ_CELLS))
+def test_lstm_second_order_and_vmap(norm, lstm_impl):
+  """Higher-order derivatives and vmap, which the kernels leave to XLA,
+  against the cell's scan."""
+  lstm, cell, params, x, carry0, _ = _seq_setup(norm)
+  ours, ref = _seq_runs(lstm, cell, None)
+
+  def grad_norm(run):
+    def f(p):
+      g = jax.grad(lambda x: jnp.sum(jnp.sin(run(p, x, carry0)[1])))(x)
+      return jnp.sum(g * g)
+    return jax.grad(f)
+
+  for a, b in zip(jax.tree_util.tree_leaves(grad_norm(ours)(params)),
+                  jax.tree_util.tree_leaves(grad_norm(ref)(params))):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(b))))
+  xs = jnp.stack([x, 2 * x])
+  y = jax.vmap(lambda x: ours(params, x, carry0)[1])(xs)
+  for k in range(2):
+    np.testing.assert_allclose(y[k], ref(params, xs[k], carry0)[1],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_layer_norm_far_from_zero(lstm_impl):
   """Centring the kernels (LN as RMSNorm) loses no accuracy to the cell.
 
   Kernel rows with a large common component make W x and W h far from zero

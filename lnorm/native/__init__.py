@@ -1,6 +1,7 @@
 """lnorm's native CPU kernels: built with the host's C++ compiler on first use.
 
-``load()`` compiles ``layer_norm_cpu.cc`` against the XLA FFI headers that
+``load()`` compiles the kernels (``layer_norm_cpu.cc``: ``layer_norm``;
+``lstm_cpu.cc``: the LSTM's time step) against the XLA FFI headers that
 jaxlib ships, caches the shared library, and registers its handlers as XLA:CPU
 custom-call targets. ``LNORM_NATIVE`` chooses what happens:
 
@@ -33,10 +34,14 @@ import warnings
 import jax
 import jaxlib
 
-SOURCE = Path(__file__).with_name("layer_norm_cpu.cc")
+HERE = Path(__file__).parent
+SOURCES = (HERE / "layer_norm_cpu.cc", HERE / "lstm_cpu.cc")
+HEADERS = (HERE / "vec.h",)
 # XLA custom-call target -> exported handler symbol.
 TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
-           "lnorm_layer_norm_bwd": "LnormLayerNormBwd"}
+           "lnorm_layer_norm_bwd": "LnormLayerNormBwd",
+           "lnorm_lstm_fwd": "LnormLstmFwd",
+           "lnorm_lstm_bwd": "LnormLstmBwd"}
 # No -ffast-math: the kernels' accuracy rests on the order of their float
 # operations (see layer_norm_cpu.cc).
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
@@ -82,9 +87,9 @@ def build() -> Path:
   version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
                            check=True).stdout
   key = hashlib.sha256("\0".join([
-      SOURCE.read_text(), " ".join(FLAGS), version, jaxlib.__version__,
-      platform.machine(), _cpu_flags()]).encode()).hexdigest()[:16]
-  out = cache_dir() / f"layer_norm_cpu-{key}.so"
+      *(f.read_text() for f in SOURCES + HEADERS), " ".join(FLAGS), version,
+      jaxlib.__version__, platform.machine(), _cpu_flags()]).encode()).hexdigest()[:16]
+  out = cache_dir() / f"lnorm_cpu-{key}.so"
   if out.exists():
     return out
   out.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +97,7 @@ def build() -> Path:
   os.close(fd)
   try:
     proc = subprocess.run(
-        [cxx, *FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp],
+        [cxx, *FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp],
         capture_output=True, text=True)
     if proc.returncode != 0:
       raise OSError(f"{cxx} failed: {proc.stderr.strip()[-2000:]}")

@@ -18,21 +18,20 @@
 //   dx    = rstd * (g - a - x_hat * b)
 //   dgain = sum over rows of dy * x_hat,  dbias = sum over rows of dy.
 //
-// Loops run over one row at a time, 8 floats per step (GCC/Clang vector
-// extensions: AVX where the host has it). A row is read from memory once;
-// the other passes over it hit the cache. Sums run in 8 or 16 lanes in a
-// fixed order: the build has no -ffast-math, which would be free to turn
-// (x - shift) - mean_d into x - (shift + mean_d).
+// Loops run over one row at a time, 8 floats per step (vec.h). A row is
+// read from memory once; the other passes over it hit the cache. Sums run in
+// 8 or 16 lanes in a fixed order: the build has no -ffast-math, which would
+// be free to turn (x - shift) - mean_d into x - (shift + mean_d).
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "vec.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -80,19 +79,10 @@ void ForEachChunk(ffi::ThreadPool& pool, int64_t chunks, const F& fn) {
   }
 }
 
-typedef float f8 __attribute__((vector_size(32)));
-
-inline f8 Load(const float* p) {
-  f8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline void Store(float* p, f8 v) { std::memcpy(p, &v, sizeof v); }
-
-inline float Sum(f8 v) {
-  return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
+using lnorm::f8;
+using lnorm::Load;
+using lnorm::Store;
+using lnorm::Sum;
 
 constexpr double kMaxShiftRatio = 4;
 
