@@ -649,7 +649,8 @@ _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
 
 
 def _native_params(norm, H, dtype, gx_4H, b_4H, g_4H, g_H, b_H):
-  """The kernels take every parameter: ones and zeros for those ``norm`` lacks."""
+  """Every parameter, as the kernels take them: ones and zeros for those that
+  ``norm`` lacks."""
   ones = lambda n: jnp.ones((n,), dtype)
   return (ones(4 * H) if gx_4H is None else gx_4H, b_4H,
           ones(4 * H) if g_4H is None else g_4H,
@@ -662,8 +663,8 @@ def _mask_f32(m_Bx1, B):
           else m_Bx1.reshape(B).astype(jnp.float32))
 
 
-def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
-              b_H, c0_BxH, h0_BxH, m_TxB):
+def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
+              g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
   """The scan. Returns ((y, c_T, h_T), saved rows (T, B, sum(sizes)))."""
   masked = m_TxB is not None
   B, H = h0_BxH.shape
@@ -702,10 +703,9 @@ def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4
     return c_new, h_new, y_BxH, saved
 
   def pointwise_native(a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, *params):
-    f32 = jax.ShapeDtypeStruct
+    sds = lambda n: jax.ShapeDtypeStruct((B, n), jnp.float32)
     return jax.ffi.ffi_call(
-        'lnorm_lstm_fwd', (f32((B, H), jnp.float32),) * 3
-        + (f32((B, S), jnp.float32),), vmap_method='sequential')(
+        'lnorm_lstm_fwd', (sds(H),) * 3 + (sds(S),), vmap_method='sequential')(
             a_Bx4H, xh_Bx4H, c_BxH, h_BxH, _mask_f32(m_Bx1, B),
             *_native_params(norm, H, jnp.float32, *params),
             norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
@@ -729,8 +729,8 @@ def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _lstm_scan(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H,
-               b_H, c0_BxH, h0_BxH, m_TxB):
+def _lstm_scan(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
+               g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
   """LSTM over time from the projected inputs; returns (y, c_T, h_T).
 
   Pre-activations: ``h @ w`` (layer-normalized without bias, gain ``g_4H``,
@@ -742,8 +742,8 @@ def _lstm_scan(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_
                    w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)[0]
 
 
-def _lstm_scan_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
-                   g_H, b_H, c0_BxH, h0_BxH, m_TxB):
+def _lstm_scan_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H,
+                   w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
   out, saved = _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H,
                          b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)
   return out, (saved, out[0], xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,

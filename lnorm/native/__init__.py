@@ -51,7 +51,8 @@ MODES = ("auto", "off", "require")
 def mode() -> str:
   value = os.environ.get("LNORM_NATIVE", "auto")
   if value not in MODES:
-    raise ValueError(f"LNORM_NATIVE={value!r}: expected one of {', '.join(MODES)}")
+    raise ValueError(
+        f"LNORM_NATIVE={value!r}: expected one of {', '.join(MODES)}")
   return value
 
 
@@ -88,7 +89,8 @@ def build() -> Path:
                            check=True).stdout
   key = hashlib.sha256("\0".join([
       *(f.read_text() for f in SOURCES + HEADERS), " ".join(FLAGS), version,
-      jaxlib.__version__, platform.machine(), _cpu_flags()]).encode()).hexdigest()[:16]
+      jaxlib.__version__, platform.machine(), _cpu_flags()]).encode())
+  key = key.hexdigest()[:16]
   out = cache_dir() / f"lnorm_cpu-{key}.so"
   if out.exists():
     return out
@@ -97,7 +99,8 @@ def build() -> Path:
   os.close(fd)
   try:
     proc = subprocess.run(
-        [cxx, *FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp],
+        [cxx, *FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o",
+         tmp],
         capture_output=True, text=True)
     if proc.returncode != 0:
       raise OSError(f"{cxx} failed: {proc.stderr.strip()[-2000:]}")
@@ -116,8 +119,8 @@ def load() -> bool:
   try:
     lib = ctypes.cdll.LoadLibrary(str(build()))
     for target, symbol in TARGETS.items():
-      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)),
-                                  platform="cpu")
+      jax.ffi.register_ffi_target(
+          target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
   except (OSError, subprocess.SubprocessError, AttributeError) as e:
     if mode() == "require":
       raise RuntimeError(f"lnorm: LNORM_NATIVE=require, but the native CPU "
