@@ -49,17 +49,6 @@ def grads64(x, g, b, dy):
         *(a.astype(np.float64) for a in (x, g, b)))]
 
 
-@pytest.fixture(params=["native", "xla"])
-def impl(request, monkeypatch):
-  if request.param == "native" and not native.load():
-    pytest.skip("native kernels unavailable (LNORM_NATIVE=require makes this an error)")
-  if request.param == "xla":
-    monkeypatch.setattr(F, "_native_ok", lambda *_: False)
-  jax.clear_caches()
-  yield request.param
-  jax.clear_caches()
-
-
 def hlo(f, *args):
   return jax.jit(f).lower(*args).as_text()
 

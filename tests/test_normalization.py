@@ -7,24 +7,9 @@ import numpy as np
 import pytest
 
 from lnorm import fused_layer_norm as F
-from lnorm import native
 from lnorm import normalization as N
 
 RNG = np.random.default_rng(0)
-
-
-@pytest.fixture(params=["native", "xla"])
-def impl(request, monkeypatch):
-  """Runs a layer_norm test on each CPU implementation: the fused kernels and
-  the XLA version. (Half precision, float64 and non-trailing axes take the XLA
-  version either way.)"""
-  if request.param == "native" and not native.load():
-    pytest.skip("native kernels unavailable (LNORM_NATIVE=require makes this an error)")
-  if request.param == "xla":
-    monkeypatch.setattr(F, "_native_ok", lambda *_: False)
-  jax.clear_caches()  # jit caches hold lowerings made with the other choice
-  yield request.param
-  jax.clear_caches()
 
 
 def np_layer_norm(x, g, b, axes, eps):
