@@ -15,6 +15,7 @@ from ml_collections import config_flags
 
 from experiments.errors import NonFiniteLossError, UserError
 from experiments.overrides import check_argv
+from lnorm import native
 from lnorm.data import DataError
 
 _WORKDIR = flags.DEFINE_string(
@@ -26,10 +27,19 @@ _CONFIG = config_flags.DEFINE_config_file(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def check_environment() -> None:
+  """The environment variables lnorm reads, checked before anything runs."""
+  try:
+    native.mode()
+  except ValueError as e:
+    raise UserError(str(e)) from None
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, with every mistake in the flags as one line and exit 2."""
   try:
     check_argv(argv)
+    check_environment()
     return flags.FLAGS(argv)
   except (UserError, flags.Error) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -106,6 +106,15 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, override, message):
   assert not wd.exists()
 
 
+def test_bad_native_mode_is_one_line(tmp_path):
+  wd = tmp_path / "run"
+  r = run_cli("--config=configs/pi_mnist.py:smoke", f"--workdir={wd}",
+              env={"LNORM_NATIVE": "sometimes"})
+  assert r.returncode == 2 and not wd.exists()
+  assert r.stderr.strip() == ("error: LNORM_NATIVE='sometimes': expected one of "
+                              "auto, off, require")
+
+
 def test_bad_config_file_and_preset(tmp_path):
   for spec, message in (("configs/nope.py", "not found"),
                         ("configs/pi_mnist.py:gpu", "unknown preset 'gpu'")):
