@@ -549,22 +549,9 @@ def _seq_runs(lstm, cell, mask):
   return ours, ref
 
 
-@pytest.fixture(params=['native', 'xla'])
-def lstm_impl(request, monkeypatch):
-  """Runs an LSTM test on both CPU versions of the scans' steps: the native
-  kernels and XLA's."""
-  if request.param == 'native' and not native.load():
-    pytest.skip('native kernels unavailable (LNORM_NATIVE=require makes this an error)')
-  if request.param == 'xla':
-    monkeypatch.setattr(R, '_native_ok', lambda dtype: False)
-  jax.clear_caches()
-  yield request.param
-  jax.clear_caches()
-
-
 @pytest.mark.parametrize('masked', [False, True])
 @pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_matches_recurrent_cell(norm, masked, lstm_impl):
+def test_lstm_matches_recurrent_cell(norm, masked, impl):
   """Outputs, final carry and all gradients equal those of the cell's scan."""
   lstm, cell, params, x, carry0, mask = _seq_setup(norm)
   mask = mask if masked else None
@@ -601,7 +588,7 @@ def test_lstm_gradients_exact_in_float64(norm):
 
 
 @pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_matches_nn_rnn_and_defaults(norm, lstm_impl):
+def test_lstm_matches_nn_rnn_and_defaults(norm, impl):
   """No mask, zero initial carry, y only: as ``nn.RNN(cell)``."""
   lstm, cell, params, x, _, _ = _seq_setup(norm)
   y = jax.jit(R.LSTM(H, norm=norm).apply)({'params': params}, x)
@@ -626,7 +613,7 @@ def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
 
 
 @pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_second_order_and_vmap(norm, lstm_impl):
+def test_lstm_second_order_and_vmap(norm, impl):
   """Higher-order derivatives and vmap, which the kernels leave to XLA,
   against the cell's scan."""
   lstm, cell, params, x, carry0, _ = _seq_setup(norm)
@@ -648,7 +635,7 @@ def test_lstm_second_order_and_vmap(norm, lstm_impl):
                                rtol=1e-5, atol=1e-6)
 
 
-def test_lstm_layer_norm_far_from_zero(lstm_impl):
+def test_lstm_layer_norm_far_from_zero(impl):
   """Centring the kernels (LN as RMSNorm) loses no accuracy to the cell.
 
   Kernel rows with a large common component make W x and W h far from zero
