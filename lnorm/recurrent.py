@@ -648,19 +648,24 @@ def _cpu_native(xla_fn: Callable, native_fn: Callable) -> Callable:
 _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
 
 
-def _native_params(norm, H, dtype, gx_4H, b_4H, g_4H, g_H, b_H):
-  """Every parameter, as the kernels take them: ones and zeros for those that
-  ``norm`` lacks."""
-  ones = lambda n: jnp.ones((n,), dtype)
-  return (ones(4 * H) if gx_4H is None else gx_4H, b_4H,
-          ones(4 * H) if g_4H is None else g_4H,
-          ones(H) if g_H is None else g_H,
-          jnp.zeros((H,), dtype) if b_H is None else b_H)
+def _native_fills(B: int, H: int) -> tuple[Array, Array, Array, Array]:
+  """What the kernels take for an absent mask, gain or bias: (ones_B, ones_4H,
+  ones_H, zeros_H), made once for the scan. Behind the barrier they are
+  loop-invariant data; as constants, XLA sinks them into the loop and fills
+  them anew every step, one small kernel each."""
+  f32 = jnp.float32
+  return jax.lax.optimization_barrier(
+      (jnp.ones((B,), f32), jnp.ones((4 * H,), f32), jnp.ones((H,), f32),
+       jnp.zeros((H,), f32)))
 
 
-def _mask_f32(m_Bx1, B):
-  return (jnp.ones((B,), jnp.float32) if m_Bx1 is None
-          else m_Bx1.reshape(B).astype(jnp.float32))
+def _native_args(fills, m_Bx1, gx_4H, b_4H, g_4H, g_H, b_H):
+  """The mask and every parameter, as the kernels take them."""
+  ones_B, ones_4H, ones_H, zeros_H = fills
+  m_B = ones_B if m_Bx1 is None else m_Bx1.reshape(-1).astype(jnp.float32)
+  pick = lambda p, fill: fill if p is None else p
+  return (m_B, pick(gx_4H, ones_4H), b_4H, pick(g_4H, ones_4H),
+          pick(g_H, ones_H), pick(b_H, zeros_H))
 
 
 def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
@@ -671,8 +676,8 @@ def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
   S = sum(_saved_sizes(norm, H, masked))
 
   def pointwise(a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H, g_4H, g_H,
-                b_H):
-    """Everything in a step after ``a = h @ w``."""
+                b_H, fills):
+    """Everything in a step after ``a = h @ w`` (``fills``: unused here)."""
     xz_Bx4H = xh_Bx4H if gx_4H is None else xh_Bx4H * gx_4H[None]
     if norm == 'layer':
       ra_Bx1 = _rsqrt_mean_square(a_Bx4H, eps)
@@ -702,24 +707,26 @@ def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
     h_new = jnp.where(m_Bx1, h_new, h_BxH)
     return c_new, h_new, y_BxH, saved
 
-  def pointwise_native(a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, *params):
+  def pointwise_native(a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, *params_fills):
+    m_B, *params = _native_args(params_fills[-1], m_Bx1, *params_fills[:-1])
     sds = lambda n: jax.ShapeDtypeStruct((B, n), jnp.float32)
     return jax.ffi.ffi_call(
         'lnorm_lstm_fwd', (sds(H),) * 3 + (sds(S),), vmap_method='sequential')(
-            a_Bx4H, xh_Bx4H, c_BxH, h_BxH, _mask_f32(m_Bx1, B),
-            *_native_params(norm, H, jnp.float32, *params),
+            a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_B, *params,
             norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
             eps=np.float32(eps))
 
+  fills = None
   if use_native and _native_ok(xh_TxBx4H.dtype):
     pointwise = _cpu_native(pointwise, pointwise_native)
+    fills = _native_fills(B, H)
 
   def step(carry, inp):
     c_BxH, h_BxH = carry
     xh_Bx4H, m_Bx1 = inp
     c_new, h_new, y_BxH, saved = pointwise(
         h_BxH @ w_Hx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H, g_4H, g_H,
-        b_H)
+        b_H, fills)
     return (c_new, h_new), (y_BxH, saved)
 
   m_TxBx1 = None if m_TxB is None else m_TxB[..., None]
@@ -766,9 +773,9 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
                + ([H] * 2 if norm != 'none' else []))
 
   def pointwise(dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H,
-                b_4H, g_4H, g_H, b_H):
+                b_4H, g_4H, g_H, b_H, fills):
     """Everything in a step but ``dh_{t-1} = d(h @ w) @ w^T``: returns
-    (dc_{t-1}, d(h @ w), outs, sums)."""
+    (dc_{t-1}, d(h @ w), outs, sums). ``fills``: unused here."""
     parts = _split(row, sizes)
     if norm == 'layer':
       ah_Bx4H, ra_Bx1, c_prev = parts[:3]
@@ -817,7 +824,8 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     return dc_prev, da_Bx4H, outs, sums
 
   def pointwise_native(dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums,
-                       *params):
+                       *params_fills):
+    m_B, *params = _native_args(params_fills[-1], m_Bx1, *params_fills[:-1])
     sds = lambda n: jax.ShapeDtypeStruct((B, n), jnp.float32)
     n_outs = 1 if norm == 'layer' else 0
     res = jax.ffi.ffi_call(
@@ -825,21 +833,22 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
         + tuple(sds(n) for n in sum_sizes), vmap_method='sequential',
         input_output_aliases={11 + k: 2 + n_outs + k
                               for k in range(len(sum_sizes))})(
-            dy_BxH, row, xh_Bx4H, _mask_f32(m_Bx1, B), dc_BxH, dh_BxH,
-            *_native_params(norm, H, jnp.float32, *params), *sums,
+            dy_BxH, row, xh_Bx4H, m_B, dc_BxH, dh_BxH, *params, *sums,
             norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked))
     return (res[0], res[1], tuple(res[2:2 + n_outs]),
             tuple(res[2 + n_outs:]))
 
+  fills = None
   if use_native and _native_ok(dy_TxBxH.dtype):
     pointwise = _cpu_native(pointwise, pointwise_native)
+    fills = _native_fills(B, H)
 
   def step(carry, inp):
     dc_BxH, dh_BxH, sums = carry
     dy_BxH, row, xh_Bx4H, m_Bx1 = inp
     dc_prev, da_Bx4H, outs, sums = pointwise(
         dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H, b_4H, g_4H,
-        g_H, b_H)
+        g_H, b_H, fills)
     dh_prev = da_Bx4H @ wt_4HxH
     if masked:
       dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
