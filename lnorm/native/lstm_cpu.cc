@@ -8,8 +8,8 @@
 // The equations and the layout of the row saved per step are those of
 // _lstm_fwd and _lstm_scan_bwd in lnorm/recurrent.py (their XLA versions),
 // with norm 0 = 'none', 1 = 'layer', 2 = 'layer_c'. Parameters a norm does
-// not use arrive as ones (gains, and 1/sigma of xw) and zeros (biases); an
-// unmasked scan passes a mask of ones with masked = 0.
+// not use arrive as ones (gains) and zeros (biases); an unmasked scan passes
+// a mask of ones with masked = 0.
 
 #include <cmath>
 #include <cstdint>
@@ -55,15 +55,6 @@ inline float SumOf(int64_t n, const Fn& fn) {
   return lnorm::Sum(s);
 }
 
-// 1 / sqrt(mean(v^2) + eps) over a row of n.
-inline float RsqrtMeanSquare(const float* v, int64_t n, float eps) {
-  const float ms = SumOf(n, [&](int64_t j) {
-    const f8 x = LoadN(v, j, n);
-    return x * x;
-  }) / n;
-  return 1.0f / std::sqrt(ms + eps);
-}
-
 struct Params {
   const float *gx, *b4, *g4, *gH, *bH;
 };
@@ -75,8 +66,8 @@ inline void Gates(float* act, const float* z, int64_t H) {
       [&](int64_t j) { return lnorm::Tanh(LoadN(z + 3 * H, j, H)); });
 }
 
-ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
-                   ffi::Buffer<ffi::F32> rxs, ffi::Buffer<ffi::F32> c, ffi::Buffer<ffi::F32> h,
+ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xh,
+                   ffi::Buffer<ffi::F32> c, ffi::Buffer<ffi::F32> h,
                    ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> gx,
                    ffi::Buffer<ffi::F32> b4, ffi::Buffer<ffi::F32> g4,
                    ffi::Buffer<ffi::F32> gH, ffi::Buffer<ffi::F32> bH,
@@ -96,7 +87,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
   std::vector<float> zbuf(4 * H), actbuf(4 * H), cnew(H);
   for (int64_t b = 0; b < B; ++b) {
     const float* ar = a.typed_data() + b * 4 * H;
-    const float* xr = xw.typed_data() + b * 4 * H;
+    const float* xr = xh.typed_data() + b * 4 * H;
     const float* cr = c.typed_data() + b * H;
     const float* hr = h.typed_data() + b * H;
     float* row = saved->typed_data() + b * S;
@@ -104,18 +95,21 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
     float* act = norm == 1 ? actbuf.data() : row;  // 'none', 'layer_c' save act
     float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
     if (norm == 1) {
-      const float ra = RsqrtMeanSquare(ar, 4 * H, eps);
-      const float rx = rxs.typed_data()[b];
+      const float ms = SumOf(4 * H, [&](int64_t j) {
+        const f8 v = LoadN(ar, j, 4 * H);
+        return v * v;
+      }) / (4 * H);
+      const float ra = 1.0f / std::sqrt(ms + eps);
       Map(row, 4 * H, [&](int64_t j) { return LoadN(ar, j, 4 * H) * ra; });
       row[4 * H] = ra;
       Map(z, 4 * H, [&](int64_t j) {
         return LoadN(row, j, 4 * H) * LoadN(p.g4, j, 4 * H) +
-               LoadN(xr, j, 4 * H) * rx * LoadN(p.gx, j, 4 * H) +
-               LoadN(p.b4, j, 4 * H);
+               LoadN(xr, j, 4 * H) * LoadN(p.gx, j, 4 * H) + LoadN(p.b4, j, 4 * H);
       });
     } else {
       Map(z, 4 * H, [&](int64_t j) {
-        return LoadN(ar, j, 4 * H) + LoadN(xr, j, 4 * H) + LoadN(p.b4, j, 4 * H);
+        return LoadN(ar, j, 4 * H) + LoadN(xr, j, 4 * H) * LoadN(p.gx, j, 4 * H) +
+               LoadN(p.b4, j, 4 * H);
       });
     }
     Gates(act, z, H);
@@ -165,8 +159,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
 }
 
 ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
-                    ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> rxs,
-                    ffi::Buffer<ffi::F32> m,
+                    ffi::Buffer<ffi::F32> xh, ffi::Buffer<ffi::F32> m,
                     ffi::Buffer<ffi::F32> dc, ffi::Buffer<ffi::F32> dh,
                     ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                     ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
@@ -178,7 +171,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   const int64_t B = m.element_count(), H = gH.element_count();
   const int64_t S = saved.element_count() / B;
   const int64_t nsums = norm == 0 ? 1 : norm == 1 ? 5 : 3;
-  const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxw,) + sums
+  const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxh,) + sums
   if (static_cast<int64_t>(sums_in.size()) != nsums ||
       static_cast<int64_t>(rest.size()) != nrest) {
     return ffi::Error::InvalidArgument("lnorm lstm step: bad sums");
@@ -194,11 +187,11 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     sin[k] = in->typed_data();
     sout[k] = (*out)->typed_data();
   }
-  float* dxw_out = nullptr;
+  float* dxh_out = nullptr;
   if (norm == 1) {
     auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
-    if (!r.has_value()) return ffi::Error::InvalidArgument("lnorm lstm: dxw");
-    dxw_out = (*r)->typed_data();
+    if (!r.has_value()) return ffi::Error::InvalidArgument("lnorm lstm: dxh");
+    dxh_out = (*r)->typed_data();
   }
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
@@ -206,17 +199,15 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       ch(H), dcn(H), dcnew(H), dhc(H);
   for (int64_t b = 0; b < B; ++b) {
     const float* row = saved.typed_data() + b * S;
-    const float* xr = xw.typed_data() + b * 4 * H;
+    const float* xr = xh.typed_data() + b * 4 * H;
     const float* act = row;
     const float* ah = row;
-    const float rx = rxs.typed_data()[b];
     float ra = 0;
     if (norm == 1) {
       ra = row[4 * H];
       Map(zbuf.data(), 4 * H, [&](int64_t j) {
         return LoadN(ah, j, 4 * H) * LoadN(p.g4, j, 4 * H) +
-               LoadN(xr, j, 4 * H) * rx * LoadN(p.gx, j, 4 * H) +
-               LoadN(p.b4, j, 4 * H);
+               LoadN(xr, j, 4 * H) * LoadN(p.gx, j, 4 * H) + LoadN(p.b4, j, 4 * H);
       });
       Gates(actbuf.data(), zbuf.data(), H);
       act = actbuf.data();
@@ -299,25 +290,18 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
         return LoadN(i_g4, j, 4 * H) + LoadN(dz.data(), j, 4 * H) * LoadN(ah, j, 4 * H);
       });
       Map(s_gx, 4 * H, [&](int64_t j) {
-        return LoadN(i_gx, j, 4 * H) +
-               LoadN(dz.data(), j, 4 * H) * (LoadN(xr, j, 4 * H) * rx);
+        return LoadN(i_gx, j, 4 * H) + LoadN(dz.data(), j, 4 * H) * LoadN(xr, j, 4 * H);
       });
-      // The backward of both RMS norms.
       const float mad = SumOf(4 * H, [&](int64_t j) {
-        return LoadN(ah, j, 4 * H) * (LoadN(dz.data(), j, 4 * H) * LoadN(p.g4, j, 4 * H));
-      }) / (4 * H);
-      const float mxd = SumOf(4 * H, [&](int64_t j) {
-        return (LoadN(xr, j, 4 * H) * rx) *
-               (LoadN(dz.data(), j, 4 * H) * LoadN(p.gx, j, 4 * H));
+        return LoadN(ah, j, 4 * H) * LoadN(dz.data(), j, 4 * H) * LoadN(p.g4, j, 4 * H);
       }) / (4 * H);
       Map(da, 4 * H, [&](int64_t j) {
         const f8 d = LoadN(dz.data(), j, 4 * H) * LoadN(p.g4, j, 4 * H);
         return ra * (d - LoadN(ah, j, 4 * H) * mad);
       });
-      float* dx = dxw_out + b * 4 * H;
+      float* dx = dxh_out + b * 4 * H;
       Map(dx, 4 * H, [&](int64_t j) {
-        const f8 d = LoadN(dz.data(), j, 4 * H) * LoadN(p.gx, j, 4 * H);
-        return rx * (d - (LoadN(xr, j, 4 * H) * rx) * mxd);
+        return LoadN(dz.data(), j, 4 * H) * LoadN(p.gx, j, 4 * H);
       });
     } else {
       for (int64_t j = 0; j < 4 * H; ++j) da[j] = dz[j];
@@ -333,8 +317,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // a = h @ w
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // xw = x @ W_x
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // 1/sigma of xw
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xh
                                   .Arg<ffi::Buffer<ffi::F32>>()  // c
                                   .Arg<ffi::Buffer<ffi::F32>>()  // h
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
@@ -355,8 +338,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dy
                                   .Arg<ffi::Buffer<ffi::F32>>()  // saved row
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // xw = x @ W_x
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // 1/sigma of xw
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xh
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dc
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dh
@@ -370,4 +352,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Attr<int32_t>("masked")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dc_{t-1}
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
-                                  .RemainingRets());              // (dxw,) sums
+                                  .RemainingRets());              // (dxh,) sums
