@@ -615,9 +615,10 @@ def _split(x: Array, sizes: list[int]) -> list[Array]:
 def _saved_sizes(norm: str, H: int, masked: bool) -> list[int]:
   """Widths of the row saved per step, in the order ``_lstm_fwd`` packs it.
 
-  'layer' also saves LN(W_h h) before its gain, and its 1/sigma.
+  'layer' saves LN(W_h h) before its gain, and its 1/sigma, instead of the
+  gates: the backward step recomputes the gates from them.
   """
-  sizes = [4 * H, 4 * H, 1] if norm == 'layer' else [4 * H]  # act (ah, ra)
+  sizes = [4 * H, 1] if norm == 'layer' else [4 * H]  # (ah, ra) or act
   sizes.append(H)  # c_{t-1}
   if norm != 'none':
     sizes += [1, 1]  # mean and 1/sigma of c_t
@@ -685,7 +686,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
     act_Bx4H = _gates(a_Bx4H + xz_Bx4H + b_4H[None])
     f, i, o, g = _split(act_Bx4H, [H] * 4)
     c_new = f * c_BxH + i * g
-    saved = [act_Bx4H] + ([ah_Bx4H, ra_Bx1] if norm == 'layer' else [])
+    saved = [ah_Bx4H, ra_Bx1] if norm == 'layer' else [act_Bx4H]
     saved.append(c_BxH)
     if norm == 'none':
       tc_BxH = jnp.tanh(c_new)
@@ -776,11 +777,14 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     """Everything in a step but ``dh_{t-1} = d(h @ w) @ w^T``: returns
     (dc_{t-1}, d(h @ w), outs, sums). ``fills``: unused here."""
     parts = _split(row, sizes)
-    act_Bx4H = parts.pop(0)
     if norm == 'layer':
-      ah_Bx4H, ra_Bx1 = parts[:2]
+      ah_Bx4H, ra_Bx1, c_prev = parts[:3]
+      act_Bx4H = _gates(ah_Bx4H * g_4H[None] + xh_Bx4H * gx_4H[None]
+                        + b_4H[None])
+      parts = parts[3:]
+    else:
+      act_Bx4H, c_prev = parts[:2]
       parts = parts[2:]
-    c_prev = parts.pop(0)
     f, i, o, g = _split(act_Bx4H, [H] * 4)
     c_new = f * c_prev + i * g
     dh_cell, dc_cell = dh_BxH + dy_BxH, dc_BxH

@@ -84,7 +84,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xh,
   const int64_t S = saved->element_count() / B;
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
-  std::vector<float> zbuf(4 * H), cnew(H);
+  std::vector<float> zbuf(4 * H), actbuf(4 * H), cnew(H);
   for (int64_t b = 0; b < B; ++b) {
     const float* ar = a.typed_data() + b * 4 * H;
     const float* xr = xh.typed_data() + b * 4 * H;
@@ -92,19 +92,18 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xh,
     const float* hr = h.typed_data() + b * H;
     float* row = saved->typed_data() + b * S;
     float* z = zbuf.data();
-    float* act = row;
-    float* ah = row + 4 * H;  // 'layer'
-    float* cp = row + 4 * H + (norm == 1 ? 4 * H + 1 : 0);
+    float* act = norm == 1 ? actbuf.data() : row;  // 'none', 'layer_c' save act
+    float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
     if (norm == 1) {
       const float ms = SumOf(4 * H, [&](int64_t j) {
         const f8 v = LoadN(ar, j, 4 * H);
         return v * v;
       }) / (4 * H);
       const float ra = 1.0f / std::sqrt(ms + eps);
-      Map(ah, 4 * H, [&](int64_t j) { return LoadN(ar, j, 4 * H) * ra; });
-      ah[4 * H] = ra;
+      Map(row, 4 * H, [&](int64_t j) { return LoadN(ar, j, 4 * H) * ra; });
+      row[4 * H] = ra;
       Map(z, 4 * H, [&](int64_t j) {
-        return LoadN(ah, j, 4 * H) * LoadN(p.g4, j, 4 * H) +
+        return LoadN(row, j, 4 * H) * LoadN(p.g4, j, 4 * H) +
                LoadN(xr, j, 4 * H) * LoadN(p.gx, j, 4 * H) + LoadN(p.b4, j, 4 * H);
       });
     } else {
@@ -196,15 +195,24 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   }
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
-  std::vector<float> cnew(H), tc(H), dz(4 * H),
+  std::vector<float> zbuf(4 * H), actbuf(4 * H), cnew(H), tc(H), dz(4 * H),
       ch(H), dcn(H), dcnew(H), dhc(H);
   for (int64_t b = 0; b < B; ++b) {
     const float* row = saved.typed_data() + b * S;
     const float* xr = xh.typed_data() + b * 4 * H;
     const float* act = row;
-    const float* ah = row + 4 * H;  // 'layer'
-    const float ra = norm == 1 ? ah[4 * H] : 0.0f;
-    const float* cp = row + 4 * H + (norm == 1 ? 4 * H + 1 : 0);
+    const float* ah = row;
+    float ra = 0;
+    if (norm == 1) {
+      ra = row[4 * H];
+      Map(zbuf.data(), 4 * H, [&](int64_t j) {
+        return LoadN(ah, j, 4 * H) * LoadN(p.g4, j, 4 * H) +
+               LoadN(xr, j, 4 * H) * LoadN(p.gx, j, 4 * H) + LoadN(p.b4, j, 4 * H);
+      });
+      Gates(actbuf.data(), zbuf.data(), H);
+      act = actbuf.data();
+    }
+    const float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
     const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
     Map(cnew.data(), H, [&](int64_t j) {
       return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
