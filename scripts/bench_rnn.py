@@ -37,6 +37,10 @@ fastest) in ms, and ratios to ``LSTM(none)``, ``torch LSTM`` and ``torch
 LN-LSTM``. Before timing, ``--check`` (default) verifies that the LSTM
 candidates compute the same outputs and gradients from the same parameters.
 
+``temp (MiB)`` is the compiled JAX step's temporary buffer. Under glibc's
+malloc, one over 32 MiB is mapped afresh on every call, so every call
+page-faults all of it (BENCHMARKS.md, "The allocator").
+
 JAX runs on its default device and torch on CUDA when available, else the
 CPU; both are printed. ``--torch-threads N`` sets torch's intra-op threads:
 on a loaded CPU torch's default (one per core) can stall in its barriers.
@@ -113,7 +117,8 @@ class Stack(nn.Module):
 
 def jax_step(model, params, x, dy):
   """One jitted training step returning (y, grads): y is needed for the check
-  and costs one output buffer, so the timed call is the same function."""
+  and costs one output buffer, so the timed call is the same function. Also
+  returns the compiled step's temporary buffer size, in MiB."""
 
   def loss(p, x, dy):
     y = model.apply({"params": p}, x)
@@ -122,7 +127,9 @@ def jax_step(model, params, x, dy):
   grad = jax.jit(jax.grad(loss, has_aux=True))
   run = lambda: jax.block_until_ready(grad(params, x, dy))
   outputs = lambda dy_check: grad(params, x, jnp.asarray(dy_check))[::-1]
-  return run, outputs
+  memory = grad.lower(params, x, dy).compile().memory_analysis()
+  temp_mib = memory.temp_size_in_bytes / 2**20 if memory else float("nan")
+  return run, outputs, temp_mib
 
 
 def jax_candidates(names, shape, x, dy, seed):
@@ -343,6 +350,7 @@ def bench_shape(shape, names, repeats, sample_s, stat, check, seed=0):
   jc, params, jax_dev = jax_candidates(names, shape, x, dy, seed)
   cands = {k: v[0] for k, v in jc.items()}
   outputs = {k: v[1] for k, v in jc.items()}
+  temp_mib = {k: v[2] for k, v in jc.items()}
   devices = {k: jax_dev for k in jc}
   if torch is not None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -359,21 +367,24 @@ def bench_shape(shape, names, repeats, sample_s, stat, check, seed=0):
     fn()
   checked = check_agreement(outputs, dy) if check else []
   samples = interleaved_samples(cands, repeats, sample_s, seed)
-  return {k: stat(v) * 1e3 for k, v in samples.items()}, devices, checked
+  ms = {k: stat(v) * 1e3 for k, v in samples.items()}
+  return ms, temp_mib, devices, checked
 
 
-def print_table(shape_name, shape, ms, unit):
+def print_table(shape_name, shape, ms, temp_mib, unit):
   T, B, H, I, L = shape
   print(f"### {shape_name}: T={T}, B={B}, H={H}, I={I}, layers={L}")
   print()
   bases = [b for b in BASES if b in ms]
-  head = ["candidate", f"fwd+bwd ({unit})"] + [f"/ {b}" for b in bases]
+  head = (["candidate", f"fwd+bwd ({unit})"] + [f"/ {b}" for b in bases]
+          + ["temp (MiB)"])
   print("| " + " | ".join(head) + " |")
   print("|---|" + "---:|" * (len(head) - 1))
   for name in ALL:
     if name in ms:
       cells = [name, f"{ms[name]:.1f}"]
       cells += [f"{ms[name] / ms[b]:.2f}" for b in bases]
+      cells.append(f"{temp_mib[name]:.1f}" if name in temp_mib else "-")
       print("| " + " | ".join(cells) + " |")
   print()
   goals = (("LSTM(layer)", "LSTM(none)", 1.15),
@@ -428,15 +439,16 @@ def main(argv=None) -> int:
   stat = statistics.median if args.stat == "median" else min
   unit = "ms" if args.stat == "median" else "ms, min"
   for s in shapes:
-    ms, devices, checked = bench_shape(SHAPES[s], names, args.repeats,
-                                       args.sample_ms * 1e-3, stat, args.check)
+    ms, temp_mib, devices, checked = bench_shape(
+        SHAPES[s], names, args.repeats, args.sample_ms * 1e-3, stat,
+        args.check)
     print("devices: " + ", ".join(
         sorted({f"{'torch' if k.startswith('torch') else 'jax'} on {v}"
                 for k, v in devices.items()})))
     if checked:
       print(f"checked (first {CHECK_STEPS} steps): " + "; ".join(checked))
     print()
-    print_table(s, SHAPES[s], ms, unit)
+    print_table(s, SHAPES[s], ms, temp_mib, unit)
   print(f"(timed in {time.perf_counter() - t_start:.0f} s)")
   return 0
 
