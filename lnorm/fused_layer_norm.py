@@ -133,7 +133,7 @@ def _x_hat(x: Array, stats: tuple[Array, Array, Array]) -> tuple[Array, Array]:
   return ((x.astype(rstd.dtype) - shift) - mean_d) * rstd, rstd
 
 
-def _param(p: Array, shape: tuple[int, ...], axes: Axes) -> Array:
+def broadcast_param(p: Array, shape: tuple[int, ...], axes: Axes) -> Array:
   """A parameter of shape ``shape[axes]``, reshaped to broadcast against x."""
   return p.reshape(tuple(shape[i] if i in axes else 1
                          for i in range(len(shape))))
@@ -145,17 +145,16 @@ def _mean(v: Array, axes: Axes) -> Array:
 
 def _forward_xla(x, gain, bias, *, axes, eps):
   x_hat, _ = _x_hat(x, _moments(x, axes, eps))
-  y = x_hat * _param(gain, x.shape, axes) + _param(bias, x.shape, axes)
-  return y.astype(x.dtype)
+  p = lambda v: broadcast_param(v, x.shape, axes)
+  return (x_hat * p(gain) + p(bias)).astype(x.dtype)
 
 
 def _tangent_xla(x, gain, tx, tgain, tbias, *, axes, eps):
   x_hat, rstd = _x_hat(x, _moments(x, axes, eps))
   t = tx.astype(x_hat.dtype)
   dx_hat = rstd * (t - _mean(t, axes) - x_hat * _mean(x_hat * t, axes))
-  ty = (_param(gain, x.shape, axes) * dx_hat
-        + _param(tgain, x.shape, axes) * x_hat + _param(tbias, x.shape, axes))
-  return ty.astype(x.dtype)
+  p = lambda v: broadcast_param(v, x.shape, axes)
+  return (p(gain) * dx_hat + p(tgain) * x_hat + p(tbias)).astype(x.dtype)
 
 
 def _backward_xla(x, gain, dy, *, axes, eps):
@@ -168,7 +167,7 @@ def _backward_xla(x, gain, dy, *, axes, eps):
   x_hat, rstd = _x_hat(x, stats)
   dy = dy.astype(x_hat.dtype)
   rows = tuple(i for i in range(x.ndim) if i not in axes)
-  g = dy * _param(gain, x.shape, axes)
+  g = dy * broadcast_param(gain, x.shape, axes)
   dx = rstd * (g - _mean(g, axes) - x_hat * _mean(x_hat * g, axes))
   dgain = jnp.sum(dy * x_hat, rows).astype(gain.dtype)
   dbias = jnp.sum(dy, rows).astype(gain.dtype)

@@ -76,8 +76,7 @@ def _broadcast_param(p: Array, shape: tuple[int, ...], axes: tuple[int, ...],
                      dtype, name: str) -> Array:
   """Reshapes a parameter of shape ``shape[axes]`` to broadcast against ``shape``."""
   p = _check_param(p, shape, axes, name)
-  bshape = tuple(shape[i] if i in axes else 1 for i in range(len(shape)))
-  return p.reshape(bshape).astype(dtype)
+  return fused_layer_norm.broadcast_param(p, shape, axes).astype(dtype)
 
 
 def _first(x: Array, axes: tuple[int, ...]) -> Array:

@@ -16,21 +16,10 @@ import pytest
 from lnorm import fused_layer_norm as F
 from lnorm import native
 from lnorm import normalization as N
+from tests.references import naive_layer_norm, rel_err
 
 RNG = np.random.default_rng(1)
 EPS = 1e-5
-
-
-def naive(x, g, b):
-  m = jnp.mean(x, -1, keepdims=True)
-  v = jnp.mean((x - m) ** 2, -1, keepdims=True)
-  bshape = (1,) * (x.ndim - 1) + (-1,)
-  return (x - m) / jnp.sqrt(v + EPS) * jnp.reshape(g, bshape) + jnp.reshape(b, bshape)
-
-
-def rel_err(y, ref):
-  y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
-  return np.abs(y - ref).max() / max(np.abs(ref).max(), 1e-30)
 
 
 def data(shape, mean=0.5, spread=2.0):
@@ -44,7 +33,8 @@ def data(shape, mean=0.5, spread=2.0):
 
 def grads64(x, g, b, dy):
   with jax.enable_x64(True):
-    f = lambda x, g, b: jnp.sum(naive(x, g, b) * dy.astype(np.float64))
+    f = lambda x, g, b: jnp.sum(
+        naive_layer_norm(x, g, b) * dy.astype(np.float64))
     return [np.asarray(a) for a in jax.grad(f, argnums=(0, 1, 2))(
         *(a.astype(np.float64) for a in (x, g, b)))]
 
@@ -79,7 +69,8 @@ SHAPES = [(8, 400), (5, 37), (3, 1), (300, 1000), (2000, 72)]
 def test_forward_and_gradients_match_float64(shape, impl):
   x, g, b, dy = data(shape)
   with jax.enable_x64(True):
-    ref = np.asarray(naive(*(a.astype(np.float64) for a in (x, g, b))))
+    ref = np.asarray(
+        naive_layer_norm(*(a.astype(np.float64) for a in (x, g, b))))
   assert rel_err(jax.jit(N.layer_norm)(x, g, b), ref) < 1e-5
   loss = lambda x, g, b: jnp.sum(N.layer_norm(x, g, b) * dy)
   ours = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x, g, b)
@@ -113,7 +104,8 @@ def test_forward_mode_and_second_order_match_float64(impl):
                              (t.astype(x.dtype),))[1]
   ho = hvp(f32, x)
   with jax.enable_x64(True):
-    f64 = lambda x: naive(x, g.astype(np.float64), b.astype(np.float64))
+    f64 = lambda x: naive_layer_norm(x, g.astype(np.float64),
+                                     b.astype(np.float64))
     x64, t64 = x.astype(np.float64), t.astype(np.float64)
     _, jr = jax.jvp(f64, (x64,), (t64,))
     hr = hvp(f64, x64)
@@ -124,7 +116,8 @@ def test_forward_mode_and_second_order_match_float64(impl):
       lambda x: jnp.sum(jnp.sin(f(x, g_))))(x) ** 2))
   ours = gg(lambda x, g_: N.layer_norm(x, g_, b))(g)
   with jax.enable_x64(True):
-    ref = gg(lambda x, g_: naive(x.astype(np.float64), g_, b.astype(np.float64)))(
+    ref = gg(lambda x, g_: naive_layer_norm(x.astype(np.float64), g_,
+                                            b.astype(np.float64)))(
         g.astype(np.float64))
   assert rel_err(ours, ref) < 1e-3
 
