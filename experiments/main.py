@@ -7,7 +7,9 @@ The config's ``experiment`` field names the training loop (``experiments/<name>.
 whose ``train_and_evaluate(config, workdir)`` does the work.
 """
 
+import ctypes
 import importlib
+import os
 import sys
 
 from absl import app, flags, logging
@@ -25,6 +27,32 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config: configs/<experiment>.py[:preset].",
     lock_config=True)
 flags.mark_flags_as_required(["config", "workdir"])
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def keep_freed_memory() -> bool:
+  """Has glibc's malloc keep the memory this process frees, for reuse.
+
+  XLA:CPU allocates each call's temporaries and outputs with malloc. By
+  default glibc maps every block above its mmap threshold (at most 32 MiB)
+  afresh and unmaps it when it is freed, so a training step with large
+  temporaries page-faults all of them on every call (BENCHMARKS.md, "The
+  allocator"). The price is that the process keeps its peak memory.
+  Skipped where the C library has no ``mallopt``, and where the user set
+  glibc's ``MALLOC_MMAP_MAX_`` or ``MALLOC_TRIM_THRESHOLD_``. Returns whether
+  it applied.
+  """
+  if "MALLOC_MMAP_MAX_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+    return False
+  try:
+    mallopt = ctypes.CDLL(None).mallopt
+  except (OSError, AttributeError):
+    return False
+  return bool(mallopt(_M_MMAP_MAX, 0)) and bool(
+      mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def check_environment() -> None:
@@ -50,6 +78,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
+  keep_freed_memory()
   config = _CONFIG.value
   try:
     experiment = importlib.import_module(f"experiments.{config.experiment}")
