@@ -262,49 +262,49 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       });
       Map(s_bH, H, [&](int64_t j) { return LoadN(i_bH, j, H) + LoadN(dcn.data(), j, H); });
     }
-    Map(dz.data(), H, [&](int64_t j) {
+    // d(pre-activations); without 'layer' that is d(h @ w), the output.
+    float* da = da_out->typed_data() + b * 4 * H;
+    float* dzp = norm == 1 ? dz.data() : da;
+    Map(dzp, H, [&](int64_t j) {
       const f8 fv = LoadN(f, j, H);
       return LoadN(dcnew.data(), j, H) * LoadN(cp, j, H) * fv * (1.0f - fv);
     });
-    Map(dz.data() + H, H, [&](int64_t j) {
+    Map(dzp + H, H, [&](int64_t j) {
       const f8 iv = LoadN(i, j, H);
       return LoadN(dcnew.data(), j, H) * LoadN(g, j, H) * iv * (1.0f - iv);
     });
-    Map(dz.data() + 2 * H, H, [&](int64_t j) {
+    Map(dzp + 2 * H, H, [&](int64_t j) {
       const f8 ov = LoadN(o, j, H);
       return LoadN(dhc.data(), j, H) * LoadN(tc.data(), j, H) * ov * (1.0f - ov);
     });
-    Map(dz.data() + 3 * H, H, [&](int64_t j) {
+    Map(dzp + 3 * H, H, [&](int64_t j) {
       const f8 gv = LoadN(g, j, H);
       return LoadN(dcnew.data(), j, H) * LoadN(i, j, H) * (1.0f - gv * gv);
     });
     const float* i_db4 = sin[0] + b * 4 * H;
-    Map(s_db4, 4 * H, [&](int64_t j) { return LoadN(i_db4, j, 4 * H) + LoadN(dz.data(), j, 4 * H); });
-    float* da = da_out->typed_data() + b * 4 * H;
+    Map(s_db4, 4 * H, [&](int64_t j) { return LoadN(i_db4, j, 4 * H) + LoadN(dzp, j, 4 * H); });
     if (norm == 1) {
       const float* i_g4 = sin[1] + b * 4 * H;
       const float* i_gx = sin[2] + b * 4 * H;
       float* s_g4 = sout[1] + b * 4 * H;
       float* s_gx = sout[2] + b * 4 * H;
       Map(s_g4, 4 * H, [&](int64_t j) {
-        return LoadN(i_g4, j, 4 * H) + LoadN(dz.data(), j, 4 * H) * LoadN(ah, j, 4 * H);
+        return LoadN(i_g4, j, 4 * H) + LoadN(dzp, j, 4 * H) * LoadN(ah, j, 4 * H);
       });
       Map(s_gx, 4 * H, [&](int64_t j) {
-        return LoadN(i_gx, j, 4 * H) + LoadN(dz.data(), j, 4 * H) * LoadN(xr, j, 4 * H);
+        return LoadN(i_gx, j, 4 * H) + LoadN(dzp, j, 4 * H) * LoadN(xr, j, 4 * H);
       });
       const float mad = SumOf(4 * H, [&](int64_t j) {
-        return LoadN(ah, j, 4 * H) * LoadN(dz.data(), j, 4 * H) * LoadN(p.g4, j, 4 * H);
+        return LoadN(ah, j, 4 * H) * LoadN(dzp, j, 4 * H) * LoadN(p.g4, j, 4 * H);
       }) / (4 * H);
       Map(da, 4 * H, [&](int64_t j) {
-        const f8 d = LoadN(dz.data(), j, 4 * H) * LoadN(p.g4, j, 4 * H);
+        const f8 d = LoadN(dzp, j, 4 * H) * LoadN(p.g4, j, 4 * H);
         return ra * (d - LoadN(ah, j, 4 * H) * mad);
       });
       float* dx = dxh_out + b * 4 * H;
       Map(dx, 4 * H, [&](int64_t j) {
-        return LoadN(dz.data(), j, 4 * H) * LoadN(p.gx, j, 4 * H);
+        return LoadN(dzp, j, 4 * H) * LoadN(p.gx, j, 4 * H);
       });
-    } else {
-      for (int64_t j = 0; j < 4 * H; ++j) da[j] = dz[j];
     }
     float* dco = dc_out->typed_data() + b * H;
     for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
