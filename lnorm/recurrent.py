@@ -613,12 +613,9 @@ def _split(x: Array, sizes: list[int]) -> list[Array]:
 
 
 def _saved_sizes(norm: str, H: int, masked: bool) -> list[int]:
-  """Widths of the row saved per step, in the order ``_lstm_fwd`` packs it.
-
-  'layer' saves LN(W_h h) before its gain, and its 1/sigma, instead of the
-  gates: the backward step recomputes the gates from them.
-  """
-  sizes = [4 * H, 1] if norm == 'layer' else [4 * H]  # (ah, ra) or act
+  """Widths of the row saved per step, in the order ``_lstm_fwd`` packs it:
+  the gates, then for 'layer' LN(W_h h) before its gain and its 1/sigma."""
+  sizes = [4 * H] + ([4 * H, 1] if norm == 'layer' else [])  # act, (ah, ra)
   sizes.append(H)  # c_{t-1}
   if norm != 'none':
     sizes += [1, 1]  # mean and 1/sigma of c_t
@@ -659,6 +656,15 @@ def _native_fills(B: int, H: int) -> tuple[Array, Array, Array, Array]:
        jnp.zeros((H,), f32)))
 
 
+def _col(a_TxB: Array | None) -> Array | None:
+  return None if a_TxB is None else a_TxB[..., None]
+
+
+def _native_rx(fills, rx_Bx1):
+  """The input projection's 1/sigma as the kernels take it (ones: none)."""
+  return fills[0] if rx_Bx1 is None else rx_Bx1.reshape(-1)
+
+
 def _native_args(fills, m_Bx1, gx_4H, b_4H, g_4H, g_H, b_H):
   """The mask and every parameter, as the kernels take them."""
   ones_B, ones_4H, ones_H, zeros_H = fills
@@ -668,17 +674,18 @@ def _native_args(fills, m_Bx1, gx_4H, b_4H, g_4H, g_H, b_H):
           pick(g_H, ones_H), pick(b_H, zeros_H))
 
 
-def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
-              g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
+def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
+              w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
   """The scan. Returns ((y, c_T, h_T), saved rows (T, B, sum(sizes)))."""
   masked = m_TxB is not None
   B, H = h0_BxH.shape
   S = sum(_saved_sizes(norm, H, masked))
 
-  def pointwise(a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H, g_4H, g_H,
-                b_H, fills):
+  def pointwise(a_Bx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H,
+                g_4H, g_H, b_H, fills):
     """Everything in a step after ``a = h @ w`` (``fills``: unused here)."""
-    xz_Bx4H = xh_Bx4H if gx_4H is None else xh_Bx4H * gx_4H[None]
+    xz_Bx4H = xw_Bx4H if rx_Bx1 is None else xw_Bx4H * rx_Bx1
+    xz_Bx4H = xz_Bx4H if gx_4H is None else xz_Bx4H * gx_4H[None]
     if norm == 'layer':
       ra_Bx1 = _rsqrt_mean_square(a_Bx4H, eps)
       ah_Bx4H = a_Bx4H * ra_Bx1
@@ -686,7 +693,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
     act_Bx4H = _gates(a_Bx4H + xz_Bx4H + b_4H[None])
     f, i, o, g = _split(act_Bx4H, [H] * 4)
     c_new = f * c_BxH + i * g
-    saved = [ah_Bx4H, ra_Bx1] if norm == 'layer' else [act_Bx4H]
+    saved = [act_Bx4H] + ([ah_Bx4H, ra_Bx1] if norm == 'layer' else [])
     saved.append(c_BxH)
     if norm == 'none':
       tc_BxH = jnp.tanh(c_new)
@@ -707,59 +714,73 @@ def _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
     h_new = jnp.where(m_Bx1, h_new, h_BxH)
     return c_new, h_new, y_BxH, saved
 
-  def pointwise_native(a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, *params_fills):
-    m_B, *params = _native_args(params_fills[-1], m_Bx1, *params_fills[:-1])
+  def pointwise_native(a_Bx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1,
+                       *params_fills):
+    fills = params_fills[-1]
+    m_B, *params = _native_args(fills, m_Bx1, *params_fills[:-1])
+    rx_B = _native_rx(fills, rx_Bx1)
     sds = lambda n: jax.ShapeDtypeStruct((B, n), jnp.float32)
     return jax.ffi.ffi_call(
         'lnorm_lstm_fwd', (sds(H),) * 3 + (sds(S),), vmap_method='sequential')(
-            a_Bx4H, xh_Bx4H, c_BxH, h_BxH, m_B, *params,
+            a_Bx4H, xw_Bx4H, c_BxH, h_BxH, m_B, rx_B, *params,
             norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
             eps=np.float32(eps))
 
   fills = None
-  if use_native and _native_ok(xh_TxBx4H.dtype):
+  if use_native and _native_ok(xw_TxBx4H.dtype):
     pointwise = _cpu_native(pointwise, pointwise_native)
     fills = _native_fills(B, H)
 
   def step(carry, inp):
     c_BxH, h_BxH = carry
-    xh_Bx4H, m_Bx1 = inp
+    xw_Bx4H, rx_Bx1, m_Bx1 = inp
     c_new, h_new, y_BxH, saved = pointwise(
-        h_BxH @ w_Hx4H, xh_Bx4H, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H, g_4H, g_H,
-        b_H, fills)
+        h_BxH @ w_Hx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H,
+        g_4H, g_H, b_H, fills)
     return (c_new, h_new), (y_BxH, saved)
 
-  m_TxBx1 = None if m_TxB is None else m_TxB[..., None]
   (c_BxH, h_BxH), (y_TxBxH, saved) = jax.lax.scan(
-      step, (c0_BxH, h0_BxH), (xh_TxBx4H, m_TxBx1), unroll=unroll)
+      step, (c0_BxH, h0_BxH), (xw_TxBx4H, _col(rx_TxB), _col(m_TxB)),
+      unroll=unroll)
   return (y_TxBxH, c_BxH, h_BxH), saved
 
 
+def _input_rx(norm: str, xw_TxBx4H: Array, eps: float) -> Array | None:
+  """'layer': 1/sigma of each row of the input projection ``xw`` (centred
+  kernel, so RMSNorm is LN): the scans form LN(x @ k) = xw * rx row by row."""
+  if norm != 'layer':
+    return None
+  return _rsqrt_mean_square(xw_TxBx4H, eps)[..., 0]
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def _lstm_scan(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H, w_Hx4H,
+def _lstm_scan(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H,
                g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
   """LSTM over time from the projected inputs; returns (y, c_T, h_T).
 
   Pre-activations: ``h @ w`` (layer-normalized without bias, gain ``g_4H``,
-  for 'layer', where ``w`` is centred) + ``xh * gx`` (``gx`` None: 1) + ``b``.
-  'layer' and 'layer_c' normalize c_t with ``g_H``, ``b_H``. ``m_TxB``: the
-  mask, or None.
+  for 'layer', where ``w`` is centred) + ``xw``'s own x-side term (for
+  'layer' RMS-normalized, ``xw`` coming from a centred kernel, with gain
+  ``gx``) + ``b``. 'layer' and 'layer_c' normalize c_t with ``g_H``,
+  ``b_H``. ``m_TxB``: the mask, or None.
   """
-  return _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H,
-                   w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)[0]
+  return _lstm_scan_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
+                        w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)[0]
 
 
-def _lstm_scan_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H, b_4H,
+def _lstm_scan_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
                    w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
-  out, saved = _lstm_fwd(norm, eps, unroll, use_native, xh_TxBx4H, gx_4H,
-                         b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)
-  return out, (saved, out[0], xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
-               h0_BxH, m_TxB)
+  rx_TxB = _input_rx(norm, xw_TxBx4H, eps)
+  out, saved = _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB,
+                         gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH,
+                         m_TxB)
+  return out, (saved, out[0], xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H,
+               g_H, b_H, h0_BxH, m_TxB)
 
 
 def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
-  (saved, y_TxBxH, xh_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h0_BxH,
-   m_TxB) = res
+  (saved, y_TxBxH, xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
+   h0_BxH, m_TxB) = res
   dy_TxBxH, dc_BxH, dh_BxH = cts
   B, H = h0_BxH.shape
   masked = m_TxB is not None
@@ -772,19 +793,15 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   sum_sizes = ([4 * H] + ([4 * H] * 2 if norm == 'layer' else [])
                + ([H] * 2 if norm != 'none' else []))
 
-  def pointwise(dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H,
-                b_4H, g_4H, g_H, b_H, fills):
+  def pointwise(dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1, dc_BxH, dh_BxH, sums,
+                gx_4H, b_4H, g_4H, g_H, b_H, fills):
     """Everything in a step but ``dh_{t-1} = d(h @ w) @ w^T``: returns
     (dc_{t-1}, d(h @ w), outs, sums). ``fills``: unused here."""
     parts = _split(row, sizes)
+    act_Bx4H = parts.pop(0)
     if norm == 'layer':
-      ah_Bx4H, ra_Bx1, c_prev = parts[:3]
-      act_Bx4H = _gates(ah_Bx4H * g_4H[None] + xh_Bx4H * gx_4H[None]
-                        + b_4H[None])
-      parts = parts[3:]
-    else:
-      act_Bx4H, c_prev = parts[:2]
-      parts = parts[2:]
+      ah_Bx4H, ra_Bx1 = parts.pop(0), parts.pop(0)
+    c_prev = parts.pop(0)
     f, i, o, g = _split(act_Bx4H, [H] * 4)
     c_new = f * c_prev + i * g
     dh_cell, dc_cell = dh_BxH + dy_BxH, dc_BxH
@@ -810,10 +827,12 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
         dc_new * c_prev * f * (1 - f), dc_new * g * i * (1 - i),
         dh_cell * tc_BxH * o * (1 - o), dc_new * i * (1 - g * g)], -1)
     if norm == 'layer':
+      dxh_Bx4H = dz_Bx4H * gx_4H[None]
+      xh_Bx4H = xw_Bx4H * rx_Bx1
       terms = [dz_Bx4H * ah_Bx4H, dz_Bx4H * xh_Bx4H] + terms
       d_Bx4H = dz_Bx4H * g_4H[None]
       da_Bx4H = ra_Bx1 * (d_Bx4H - ah_Bx4H * _mean(ah_Bx4H * d_Bx4H))
-      outs = (dz_Bx4H * gx_4H[None],)  # d xh
+      outs = (rx_Bx1 * (dxh_Bx4H - xh_Bx4H * _mean(xh_Bx4H * dxh_Bx4H)),)
     else:
       da_Bx4H = dz_Bx4H
       outs = ()
@@ -823,17 +842,23 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       dc_prev = jnp.where(m_Bx1, dc_prev, dc_BxH)
     return dc_prev, da_Bx4H, outs, sums
 
-  def pointwise_native(dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums,
-                       *params_fills):
-    m_B, *params = _native_args(params_fills[-1], m_Bx1, *params_fills[:-1])
+  n_outs = 1 if norm == 'layer' else 0
+
+  def pointwise_native(dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1, dc_BxH, dh_BxH,
+                       sums, *params_fills):
+    fills = params_fills[-1]
+    m_B, *params = _native_args(fills, m_Bx1, *params_fills[:-1])
+    rx_B = _native_rx(fills, rx_Bx1)
+    if xw_Bx4H is None:  # not read: any buffer will do
+      xw_Bx4H = fills[0]
     sds = lambda n: jax.ShapeDtypeStruct((B, n), jnp.float32)
-    n_outs = 1 if norm == 'layer' else 0
+    outs = (sds(4 * H),) * n_outs
     res = jax.ffi.ffi_call(
-        'lnorm_lstm_bwd', (sds(H), sds(4 * H)) + (sds(4 * H),) * n_outs
+        'lnorm_lstm_bwd', (sds(H), sds(4 * H)) + outs
         + tuple(sds(n) for n in sum_sizes), vmap_method='sequential',
-        input_output_aliases={11 + k: 2 + n_outs + k
+        input_output_aliases={12 + k: 2 + n_outs + k
                               for k in range(len(sum_sizes))})(
-            dy_BxH, row, xh_Bx4H, m_B, dc_BxH, dh_BxH, *params, *sums,
+            dy_BxH, row, xw_Bx4H, m_B, rx_B, dc_BxH, dh_BxH, *params, *sums,
             norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked))
     return (res[0], res[1], tuple(res[2:2 + n_outs]),
             tuple(res[2 + n_outs:]))
@@ -845,21 +870,25 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
 
   def step(carry, inp):
     dc_BxH, dh_BxH, sums = carry
-    dy_BxH, row, xh_Bx4H, m_Bx1 = inp
+    dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1 = inp
     dc_prev, da_Bx4H, outs, sums = pointwise(
-        dy_BxH, row, xh_Bx4H, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H, b_4H, g_4H,
-        g_H, b_H, fills)
+        dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H,
+        b_4H, g_4H, g_H, b_H, fills)
     dh_prev = da_Bx4H @ wt_4HxH
     if masked:
       dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
     return (dc_prev, dh_prev, sums), outs + (da_Bx4H,)
 
   sums0 = tuple(jnp.zeros((B, n), dy_TxBxH.dtype) for n in sum_sizes)
-  m_TxBx1 = None if m_TxB is None else m_TxB[..., None]
+  # 'none' and 'layer_c' read no inputs in the backward steps.
+  xs_TxBx4H = xw_TxBx4H if norm == 'layer' else None
   (dc0, dh0, sums), outs = jax.lax.scan(
-      step, (dc_BxH, dh_BxH, sums0), (dy_TxBxH, saved, xh_TxBx4H, m_TxBx1),
-      reverse=True, unroll=unroll)
-  dxh, da = outs[0], outs[-1]
+      step, (dc_BxH, dh_BxH, sums0),
+      (dy_TxBxH, saved, xs_TxBx4H, _col(rx_TxB), _col(m_TxB)), reverse=True,
+      unroll=unroll)
+  da = outs[-1]
+  dxw = outs[0]  # da itself but for 'layer'
+
   if masked:
     h_prev = saved[..., -H:]
   else:
@@ -873,34 +902,31 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     sums = sums[2:]
   if norm != 'none':
     dg_H, db_H = sums
-  return (dxh, dgx_4H, db_4H, dw_Hx4H, dg_4H, dg_H, db_H, dc0, dh0, None)
+  return (dxw, dgx_4H, db_4H, dw_Hx4H, dg_4H, dg_H, db_H, dc0, dh0, None)
 
 
 _lstm_scan.defvjp(_lstm_scan_fwd, _lstm_scan_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _rms_proj(x_TxBxI: Array, k_Ix4H: Array, eps: float) -> Array:
-  """RMSNorm(x @ k) without gain; with a centred k, that is LN(x @ k_raw)."""
-  return _rms_proj_fwd(x_TxBxI, k_Ix4H, eps)[0]
+@jax.custom_vjp
+def _proj(x_TxBxI: Array, k_IxF: Array) -> Array:
+  """``x @ k``. Its backward takes dk as one matmul of row-major operands;
+  autodiff's version made XLA write d(x @ k), (T, B, F), transposed first."""
+  return x_TxBxI @ k_IxF
 
 
-def _rms_proj_fwd(x_TxBxI, k_Ix4H, eps):
-  xw = x_TxBxI @ k_Ix4H
-  r = _rsqrt_mean_square(xw, eps)
-  xh = xw * r
-  return xh, (x_TxBxI, k_Ix4H, xh, r)
+def _proj_fwd(x_TxBxI, k_IxF):
+  return x_TxBxI @ k_IxF, (x_TxBxI, k_IxF)
 
 
-def _rms_proj_bwd(eps, res, d_TxBx4H):
-  x_TxBxI, k_Ix4H, xh, r = res
-  dxw = r * (d_TxBx4H - xh * _mean(xh * d_TxBx4H))
-  I = x_TxBxI.shape[-1]
-  dk = x_TxBxI.reshape(-1, I).T @ dxw.reshape(-1, dxw.shape[-1])
-  return dxw @ k_Ix4H.T, dk
+def _proj_bwd(res, d_TxBxF):
+  x_TxBxI, k_IxF = res
+  I, F = k_IxF.shape
+  dk_IxF = x_TxBxI.reshape(-1, I).T @ d_TxBxF.reshape(-1, F)
+  return d_TxBxF @ k_IxF.T, dk_IxF
 
 
-_rms_proj.defvjp(_rms_proj_fwd, _rms_proj_bwd)
+_proj.defvjp(_proj_fwd, _proj_bwd)
 
 
 class LSTM(nn.Module):
@@ -964,11 +990,13 @@ class LSTM(nn.Module):
     B = x_TxBxI.shape[1]
     x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H = promote_dtype(
         x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H, dtype=self.dtype)
+    # For 'layer', LN(x @ k_x) = RMSNorm(x @ _center(k_x)), which the scans
+    # form row by row, so that xw is the only (T, B, 4H) array.
     if self.norm == 'layer':
       k_h = _center(k_h)
-      xh_TxBx4H = _rms_proj(x_TxBxI, _center(k_x), float(self.eps))
+      xw_TxBx4H = _proj(x_TxBxI, _center(k_x))
     else:
-      xh_TxBx4H = x_TxBxI @ k_x
+      xw_TxBx4H = _proj(x_TxBxI, k_x)
 
     if mask is not None:
       mask = jnp.asarray(mask, bool)
@@ -977,12 +1005,12 @@ class LSTM(nn.Module):
                          f'{x.shape[:-1]} (batch..., time)')
       mask = mask.reshape((B, T)).T
     if initial_carry is None:
-      c0 = h0 = jnp.zeros((B, H), xh_TxBx4H.dtype)
+      c0 = h0 = jnp.zeros((B, H), xw_TxBx4H.dtype)
     else:
-      c0, h0 = (jnp.asarray(a, xh_TxBx4H.dtype).reshape((B, H))
+      c0, h0 = (jnp.asarray(a, xw_TxBx4H.dtype).reshape((B, H))
                 for a in initial_carry)
     y, c, h = _lstm_scan(self.norm, float(self.eps), self.unroll,
-                         bool(self.native), xh_TxBx4H, g_x, b_4H, k_h, g_h,
+                         bool(self.native), xw_TxBx4H, g_x, b_4H, k_h, g_h,
                          g_c, b_c, c0, h0, mask)
     y = jnp.moveaxis(y, 0, 1).reshape(batch_shape + (T, H))
     if not self.return_carry:

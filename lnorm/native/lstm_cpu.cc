@@ -13,6 +13,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "vec.h"
@@ -26,17 +28,34 @@ using lnorm::f8;
 using lnorm::Load;
 using lnorm::Store;
 
+// Stores the first n - j lanes of v at p + j (all 8 when they fit).
+inline void StoreN(float* p, int64_t j, int64_t n, f8 v) {
+  if (j + 8 <= n) {
+    Store(p + j, v);
+    return;
+  }
+  float tmp[8];
+  Store(tmp, v);
+  for (int64_t k = 0; j + k < n; ++k) p[j + k] = tmp[k];
+}
+
+// body(j, full) for the 8-wide vectors j < n, where full is
+// std::true_type for whole vectors and std::false_type for the tail, so
+// that Ld and St resolve to plain loads and stores in the main loop.
+template <typename Body>
+inline void For8(int64_t n, const Body& body) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) body(j, std::true_type{});
+  if (j < n) body(j, std::false_type{});
+}
+
 // out[j] = fn(j) for the 8-wide vector starting at j, for j < n; the tail
 // goes through a padded temporary.
 template <typename Fn>
 inline void Map(float* out, int64_t n, const Fn& fn) {
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) Store(out + j, fn(j));
-  if (j < n) {
-    float tmp[8];
-    Store(tmp, fn(j));
-    for (int64_t k = 0; j + k < n; ++k) out[j + k] = tmp[k];
-  }
+  if (j < n) StoreN(out, j, n, fn(j));
 }
 
 // Loads 8 floats at p + j, reading past n only into the temporary.
@@ -45,6 +64,24 @@ inline f8 LoadN(const float* p, int64_t j, int64_t n) {
   float tmp[8] = {};
   for (int64_t k = 0; j + k < n; ++k) tmp[k] = p[j + k];
   return Load(tmp);
+}
+
+template <bool kFull>
+inline f8 Ld(const float* p, int64_t j, int64_t n) {
+  if constexpr (kFull) {
+    return Load(p + j);
+  } else {
+    return LoadN(p, j, n);
+  }
+}
+
+template <bool kFull>
+inline void St(float* p, int64_t j, int64_t n, f8 v) {
+  if constexpr (kFull) {
+    Store(p + j, v);
+  } else {
+    StoreN(p, j, n, v);
+  }
 }
 
 // sum_j fn(j) over 8-wide vectors (tails zero-padded by LoadN).
@@ -59,16 +96,20 @@ struct Params {
   const float *gx, *b4, *g4, *gH, *bH;
 };
 
-// The gates from their pre-activations: sigmoid for f, i, o; tanh for g.
-inline void Gates(float* act, const float* z, int64_t H) {
-  Map(act, 3 * H, [&](int64_t j) { return lnorm::Sigmoid(LoadN(z, j, 3 * H)); });
-  Map(act + 3 * H, H,
-      [&](int64_t j) { return lnorm::Tanh(LoadN(z + 3 * H, j, H)); });
+// The gates from their pre-activations, one pass per gate: act[k H + j] is
+// sigmoid (f, i, o) or tanh (g) of z(k, j), gate k's pre-activation at j < H.
+template <typename Z>
+inline void Gates(float* act, int64_t H, const Z& z) {
+  for (int64_t k = 0; k < 3; ++k) {
+    Map(act + k * H, H, [&](int64_t j) { return lnorm::Sigmoid(z(k, j)); });
+  }
+  Map(act + 3 * H, H, [&](int64_t j) { return lnorm::Tanh(z(3, j)); });
 }
 
-ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xh,
+ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
                    ffi::Buffer<ffi::F32> c, ffi::Buffer<ffi::F32> h,
-                   ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> gx,
+                   ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> rx,
+                   ffi::Buffer<ffi::F32> gx,
                    ffi::Buffer<ffi::F32> b4, ffi::Buffer<ffi::F32> g4,
                    ffi::Buffer<ffi::F32> gH, ffi::Buffer<ffi::F32> bH,
                    int32_t norm, int32_t masked, float eps,
@@ -84,35 +125,46 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xh,
   const int64_t S = saved->element_count() / B;
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
-  std::vector<float> zbuf(4 * H), actbuf(4 * H), cnew(H);
+  std::vector<float> cnew(H);
   for (int64_t b = 0; b < B; ++b) {
     const float* ar = a.typed_data() + b * 4 * H;
-    const float* xr = xh.typed_data() + b * 4 * H;
+    const float* xr = xw.typed_data() + b * 4 * H;
     const float* cr = c.typed_data() + b * H;
     const float* hr = h.typed_data() + b * H;
     float* row = saved->typed_data() + b * S;
-    float* z = zbuf.data();
-    float* act = norm == 1 ? actbuf.data() : row;  // 'none', 'layer_c' save act
-    float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
+    float* act = row;
+    float* cp = row + (norm == 1 ? 8 * H + 1 : 4 * H);
     if (norm == 1) {
+      const float rxb = rx.typed_data()[b];
       const float ms = SumOf(4 * H, [&](int64_t j) {
         const f8 v = LoadN(ar, j, 4 * H);
         return v * v;
       }) / (4 * H);
       const float ra = 1.0f / std::sqrt(ms + eps);
-      Map(row, 4 * H, [&](int64_t j) { return LoadN(ar, j, 4 * H) * ra; });
-      row[4 * H] = ra;
-      Map(z, 4 * H, [&](int64_t j) {
-        return LoadN(row, j, 4 * H) * LoadN(p.g4, j, 4 * H) +
-               LoadN(xr, j, 4 * H) * LoadN(p.gx, j, 4 * H) + LoadN(p.b4, j, 4 * H);
+      float* ahr = row + 4 * H;
+      ahr[4 * H] = ra;
+      // ah into the saved row, and the gates from it, in one pass.
+      For8(H, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        f8 z[4];
+        for (int64_t k = 0; k < 4; ++k) {
+          const int64_t off = k * H;
+          const f8 ah = Ld<F>(ar + off, j, H) * ra;
+          St<F>(ahr + off, j, H, ah);
+          z[k] = ah * Ld<F>(p.g4 + off, j, H) +
+                 Ld<F>(xr + off, j, H) * rxb * Ld<F>(p.gx + off, j, H) +
+                 Ld<F>(p.b4 + off, j, H);
+        }
+        for (int64_t k = 0; k < 3; ++k) St<F>(act + k * H, j, H, lnorm::Sigmoid(z[k]));
+        St<F>(act + 3 * H, j, H, lnorm::Tanh(z[3]));
       });
     } else {
-      Map(z, 4 * H, [&](int64_t j) {
-        return LoadN(ar, j, 4 * H) + LoadN(xr, j, 4 * H) * LoadN(p.gx, j, 4 * H) +
-               LoadN(p.b4, j, 4 * H);
+      Gates(act, H, [&](int64_t k, int64_t j) {
+        const int64_t o = k * H;
+        return LoadN(ar + o, j, H) + LoadN(xr + o, j, H) * LoadN(p.gx + o, j, H) +
+               LoadN(p.b4 + o, j, H);
       });
     }
-    Gates(act, z, H);
     const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
     Map(cnew.data(), H, [&](int64_t j) {
       return LoadN(f, j, H) * LoadN(cr, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
@@ -159,8 +211,9 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xh,
 }
 
 ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
-                    ffi::Buffer<ffi::F32> xh, ffi::Buffer<ffi::F32> m,
-                    ffi::Buffer<ffi::F32> dc, ffi::Buffer<ffi::F32> dh,
+                    ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> m,
+                    ffi::Buffer<ffi::F32> rx, ffi::Buffer<ffi::F32> dc,
+                    ffi::Buffer<ffi::F32> dh,
                     ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                     ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
                     ffi::Buffer<ffi::F32> bH, ffi::RemainingArgs sums_in,
@@ -171,12 +224,11 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   const int64_t B = m.element_count(), H = gH.element_count();
   const int64_t S = saved.element_count() / B;
   const int64_t nsums = norm == 0 ? 1 : norm == 1 ? 5 : 3;
-  const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxh,) + sums
+  const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxw,) + sums
   if (static_cast<int64_t>(sums_in.size()) != nsums ||
       static_cast<int64_t>(rest.size()) != nrest) {
     return ffi::Error::InvalidArgument("lnorm lstm step: bad sums");
   }
-  std::vector<const float*> sin(nsums);
   std::vector<float*> sout(nsums);
   for (int64_t k = 0; k < nsums; ++k) {
     auto in = sums_in.get<ffi::Buffer<ffi::F32>>(k);
@@ -184,35 +236,35 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     if (!in.has_value() || !out.has_value()) {
       return ffi::Error::InvalidArgument("lnorm lstm step: sums not f32");
     }
-    sin[k] = in->typed_data();
+    // The sums are pooled over the batch into their row 0, which stays in
+    // cache from one example to the next; the scan sums the rows after it.
+    // input_output_aliases makes each sum's output its input's buffer;
+    // should they ever differ, the output starts as a copy of the input.
     sout[k] = (*out)->typed_data();
+    if (in->typed_data() != sout[k]) {
+      std::memcpy(sout[k], in->typed_data(), in->element_count() * sizeof(float));
+    }
   }
-  float* dxh_out = nullptr;
+  float* dxw_out = nullptr;
   if (norm == 1) {
     auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
-    if (!r.has_value()) return ffi::Error::InvalidArgument("lnorm lstm: dxh");
-    dxh_out = (*r)->typed_data();
+    if (!r.has_value() || static_cast<int64_t>(xw.element_count()) != B * 4 * H) {
+      return ffi::Error::InvalidArgument("lnorm lstm step: bad d xw");
+    }
+    dxw_out = (*r)->typed_data();
   }
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
-  std::vector<float> zbuf(4 * H), actbuf(4 * H), cnew(H), tc(H), dz(4 * H),
-      ch(H), dcn(H), dcnew(H), dhc(H);
+  std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H);
   for (int64_t b = 0; b < B; ++b) {
     const float* row = saved.typed_data() + b * S;
-    const float* xr = xh.typed_data() + b * 4 * H;
+    // The input projection's row: read for 'layer' only.
+    const float* xr = norm == 1 ? xw.typed_data() + b * 4 * H : nullptr;
+    const float rxb = norm == 1 ? rx.typed_data()[b] : 1.0f;
     const float* act = row;
-    const float* ah = row;
-    float ra = 0;
-    if (norm == 1) {
-      ra = row[4 * H];
-      Map(zbuf.data(), 4 * H, [&](int64_t j) {
-        return LoadN(ah, j, 4 * H) * LoadN(p.g4, j, 4 * H) +
-               LoadN(xr, j, 4 * H) * LoadN(p.gx, j, 4 * H) + LoadN(p.b4, j, 4 * H);
-      });
-      Gates(actbuf.data(), zbuf.data(), H);
-      act = actbuf.data();
-    }
-    const float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
+    const float* ah = row + 4 * H;  // 'layer' only
+    const float ra = norm == 1 ? ah[4 * H] : 0.0f;
+    const float* cp = row + (norm == 1 ? 8 * H + 1 : 4 * H);
     const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
     Map(cnew.data(), H, [&](int64_t j) {
       return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
@@ -223,7 +275,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     const float* dhr = dh.typed_data() + b * H;
     for (int64_t j = 0; j < H; ++j) dhc[j] = keep ? dhr[j] + dyr[j] : 0.0f;
     const float dc_keep = keep ? 1.0f : 0.0f;
-    float* s_db4 = sout[0] + b * 4 * H;
+    float* s_db4 = sout[0];
     if (norm == 0) {
       Map(tc.data(), H, [&](int64_t j) { return lnorm::Tanh(LoadN(cnew.data(), j, H)); });
       Map(dcnew.data(), H, [&](int64_t j) {
@@ -253,57 +305,60 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
         return LoadN(dcr, j, H) * dc_keep +
                rc * ((d - m1) - LoadN(ch.data(), j, H) * m2);
       });
-      float* s_gH = sout[nsums - 2] + b * H;
-      float* s_bH = sout[nsums - 1] + b * H;
-      const float* i_gH = sin[nsums - 2] + b * H;
-      const float* i_bH = sin[nsums - 1] + b * H;
+      float* s_gH = sout[nsums - 2];
+      float* s_bH = sout[nsums - 1];
       Map(s_gH, H, [&](int64_t j) {
-        return LoadN(i_gH, j, H) + LoadN(dcn.data(), j, H) * LoadN(ch.data(), j, H);
+        return LoadN(s_gH, j, H) + LoadN(dcn.data(), j, H) * LoadN(ch.data(), j, H);
       });
-      Map(s_bH, H, [&](int64_t j) { return LoadN(i_bH, j, H) + LoadN(dcn.data(), j, H); });
+      Map(s_bH, H, [&](int64_t j) { return LoadN(s_bH, j, H) + LoadN(dcn.data(), j, H); });
     }
-    // d(pre-activations); without 'layer' that is d(h @ w), the output.
+    // d(pre-activations) dz, a gate at a time, and in the same pass every
+    // per-element use of it: the sums, and without 'layer' the output
+    // d(h @ w) = dz itself; with 'layer', d xh = dz gx, and dz g4 into the
+    // output, which the LN backward then finishes in place.
     float* da = da_out->typed_data() + b * 4 * H;
-    float* dzp = norm == 1 ? dz.data() : da;
-    Map(dzp, H, [&](int64_t j) {
-      const f8 fv = LoadN(f, j, H);
-      return LoadN(dcnew.data(), j, H) * LoadN(cp, j, H) * fv * (1.0f - fv);
+    float* s_g4 = norm == 1 ? sout[1] : nullptr;
+    float* s_gx = norm == 1 ? sout[2] : nullptr;
+    float* dx = norm == 1 ? dxw_out + b * 4 * H : nullptr;
+    // Sums of ah dz g4 and of xw dz gx; padded tails add 0, as dz is 0 there.
+    f8 mad8{}, mx8{};
+    For8(H, [&](int64_t j, auto full) {
+      constexpr bool F = decltype(full)::value;
+      const f8 fv = Ld<F>(f, j, H), iv = Ld<F>(i, j, H), ov = Ld<F>(o, j, H),
+               gv = Ld<F>(g, j, H), dcv = Ld<F>(dcnew.data(), j, H);
+      const f8 dz[4] = {
+          dcv * Ld<F>(cp, j, H) * fv * (1.0f - fv),
+          dcv * gv * iv * (1.0f - iv),
+          Ld<F>(dhc.data(), j, H) * Ld<F>(tc.data(), j, H) * ov * (1.0f - ov),
+          dcv * iv * (1.0f - gv * gv)};
+      for (int64_t k = 0; k < 4; ++k) {
+        const int64_t off = k * H;
+        St<F>(s_db4 + off, j, H, Ld<F>(s_db4 + off, j, H) + dz[k]);
+        if (norm != 1) {
+          St<F>(da + off, j, H, dz[k]);
+          continue;
+        }
+        const f8 ahv = Ld<F>(ah + off, j, H);
+        const f8 xwv = Ld<F>(xr + off, j, H);
+        const f8 d = dz[k] * Ld<F>(p.g4 + off, j, H);
+        const f8 dxh = dz[k] * Ld<F>(p.gx + off, j, H);
+        St<F>(s_g4 + off, j, H, Ld<F>(s_g4 + off, j, H) + dz[k] * ahv);
+        St<F>(s_gx + off, j, H, Ld<F>(s_gx + off, j, H) + dz[k] * (xwv * rxb));
+        St<F>(dx + off, j, H, dxh);
+        St<F>(da + off, j, H, d);
+        mad8 += ahv * d;
+        mx8 += dxh * xwv;
+      }
     });
-    Map(dzp + H, H, [&](int64_t j) {
-      const f8 iv = LoadN(i, j, H);
-      return LoadN(dcnew.data(), j, H) * LoadN(g, j, H) * iv * (1.0f - iv);
-    });
-    Map(dzp + 2 * H, H, [&](int64_t j) {
-      const f8 ov = LoadN(o, j, H);
-      return LoadN(dhc.data(), j, H) * LoadN(tc.data(), j, H) * ov * (1.0f - ov);
-    });
-    Map(dzp + 3 * H, H, [&](int64_t j) {
-      const f8 gv = LoadN(g, j, H);
-      return LoadN(dcnew.data(), j, H) * LoadN(i, j, H) * (1.0f - gv * gv);
-    });
-    const float* i_db4 = sin[0] + b * 4 * H;
-    Map(s_db4, 4 * H, [&](int64_t j) { return LoadN(i_db4, j, 4 * H) + LoadN(dzp, j, 4 * H); });
     if (norm == 1) {
-      const float* i_g4 = sin[1] + b * 4 * H;
-      const float* i_gx = sin[2] + b * 4 * H;
-      float* s_g4 = sout[1] + b * 4 * H;
-      float* s_gx = sout[2] + b * 4 * H;
-      Map(s_g4, 4 * H, [&](int64_t j) {
-        return LoadN(i_g4, j, 4 * H) + LoadN(dzp, j, 4 * H) * LoadN(ah, j, 4 * H);
-      });
-      Map(s_gx, 4 * H, [&](int64_t j) {
-        return LoadN(i_gx, j, 4 * H) + LoadN(dzp, j, 4 * H) * LoadN(xr, j, 4 * H);
-      });
-      const float mad = SumOf(4 * H, [&](int64_t j) {
-        return LoadN(ah, j, 4 * H) * LoadN(dzp, j, 4 * H) * LoadN(p.g4, j, 4 * H);
-      }) / (4 * H);
-      Map(da, 4 * H, [&](int64_t j) {
-        const f8 d = LoadN(dzp, j, 4 * H) * LoadN(p.g4, j, 4 * H);
-        return ra * (d - LoadN(ah, j, 4 * H) * mad);
-      });
-      float* dx = dxh_out + b * 4 * H;
-      Map(dx, 4 * H, [&](int64_t j) {
-        return LoadN(dzp, j, 4 * H) * LoadN(p.gx, j, 4 * H);
+      // The two layer norms' backward: da from dz g4 and ah; d xw from
+      // d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
+      const float mad = lnorm::Sum(mad8) / (4 * H);
+      const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
+      For8(4 * H, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        St<F>(da, j, 4 * H, ra * (Ld<F>(da, j, 4 * H) - Ld<F>(ah, j, 4 * H) * mad));
+        St<F>(dx, j, 4 * H, rxb * (Ld<F>(dx, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
       });
     }
     float* dco = dc_out->typed_data() + b * H;
@@ -317,10 +372,11 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // a = h @ w
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // xh
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xw
                                   .Arg<ffi::Buffer<ffi::F32>>()  // c
                                   .Arg<ffi::Buffer<ffi::F32>>()  // h
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // rx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // b4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // g4
@@ -338,8 +394,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dy
                                   .Arg<ffi::Buffer<ffi::F32>>()  // saved row
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // xh
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xw
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // rx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dc
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dh
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gx
@@ -352,4 +409,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Attr<int32_t>("masked")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dc_{t-1}
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
-                                  .RemainingRets());              // (dxh,) sums
+                                  .RemainingRets());              // (dxw,) sums
