@@ -646,10 +646,10 @@ _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
 
 
 def _native_fills(B: int, H: int) -> tuple[Array, Array, Array, Array]:
-  """What the kernels take for an absent mask, gain or bias: (ones_B, ones_4H,
-  ones_H, zeros_H), made once for the scan. Behind the barrier they are
-  loop-invariant data; as constants, XLA sinks them into the loop and fills
-  them anew every step, one small kernel each."""
+  """What the kernels take for an absent gain or bias, or an unread input:
+  (ones_B, ones_4H, ones_H, zeros_H), made once for the scan. Behind the
+  barrier they are loop-invariant data; as constants, XLA sinks them into
+  the loop and fills them anew every step, one small kernel each."""
   f32 = jnp.float32
   return jax.lax.optimization_barrier(
       (jnp.ones((B,), f32), jnp.ones((4 * H,), f32), jnp.ones((H,), f32),
@@ -660,18 +660,21 @@ def _col(a_TxB: Array | None) -> Array | None:
   return None if a_TxB is None else a_TxB[..., None]
 
 
-def _native_rx(fills, rx_Bx1):
-  """The input projection's 1/sigma as the kernels take it (ones: none)."""
-  return fills[0] if rx_Bx1 is None else rx_Bx1.reshape(-1)
-
-
-def _native_args(fills, m_Bx1, gx_4H, b_4H, g_4H, g_H, b_H):
-  """The mask and every parameter, as the kernels take them."""
-  ones_B, ones_4H, ones_H, zeros_H = fills
-  m_B = ones_B if m_Bx1 is None else m_Bx1.reshape(-1).astype(jnp.float32)
+def _native_params(fills, gx_4H, b_4H, g_4H, g_H, b_H):
+  """Every parameter, as the kernels take them."""
+  _, ones_4H, ones_H, zeros_H = fills
   pick = lambda p, fill: fill if p is None else p
-  return (m_B, pick(gx_4H, ones_4H), b_4H, pick(g_4H, ones_4H),
-          pick(g_H, ones_H), pick(b_H, zeros_H))
+  return (pick(gx_4H, ones_4H), b_4H, pick(g_4H, ones_4H), pick(g_H, ones_H),
+          pick(b_H, zeros_H))
+
+
+def _uninitialized(*shapes: tuple[int, ...]) -> list[Array]:
+  """float32 buffers of these shapes, unwritten: for native scan outputs,
+  every row of which the kernels write before anything reads it."""
+  return jax.ffi.ffi_call(
+      'lnorm_uninitialized',
+      [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes],
+      has_side_effect=True)()
 
 
 def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
@@ -682,8 +685,8 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
   S = sum(_saved_sizes(norm, H, masked))
 
   def pointwise(a_Bx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H,
-                g_4H, g_H, b_H, fills):
-    """Everything in a step after ``a = h @ w`` (``fills``: unused here)."""
+                g_4H, g_H, b_H):
+    """Everything in a step after ``a = h @ w``."""
     xz_Bx4H = xw_Bx4H if rx_Bx1 is None else xw_Bx4H * rx_Bx1
     xz_Bx4H = xz_Bx4H if gx_4H is None else xz_Bx4H * gx_4H[None]
     if norm == 'layer':
@@ -714,35 +717,55 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
     h_new = jnp.where(m_Bx1, h_new, h_BxH)
     return c_new, h_new, y_BxH, saved
 
-  def pointwise_native(a_Bx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1,
-                       *params_fills):
-    fills = params_fills[-1]
-    m_B, *params = _native_args(fills, m_Bx1, *params_fills[:-1])
-    rx_B = _native_rx(fills, rx_Bx1)
-    sds = lambda n: jax.ShapeDtypeStruct((B, n), jnp.float32)
-    return jax.ffi.ffi_call(
-        'lnorm_lstm_fwd', (sds(H),) * 3 + (sds(S),), vmap_method='sequential')(
-            a_Bx4H, xw_Bx4H, c_BxH, h_BxH, m_B, rx_B, *params,
-            norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
-            eps=np.float32(eps))
+  # The scans take every array as an argument: the custom JVP of
+  # _cpu_native differentiates (through xla_scan) with respect to arguments.
+  def xla_scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
+               h0_BxH, m_TxB):
+    def step(carry, inp):
+      c_BxH, h_BxH = carry
+      xw_Bx4H, rx_Bx1, m_Bx1 = inp
+      c_new, h_new, y_BxH, saved = pointwise(
+          h_BxH @ w_Hx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H,
+          g_4H, g_H, b_H)
+      return (c_new, h_new), (y_BxH, saved)
 
-  fills = None
-  if use_native and _native_ok(xw_TxBx4H.dtype):
-    pointwise = _cpu_native(pointwise, pointwise_native)
+    (c_BxH, h_BxH), (y_TxBxH, saved) = jax.lax.scan(
+        step, (c0_BxH, h0_BxH), (xw_TxBx4H, _col(rx_TxB), _col(m_TxB)),
+        unroll=unroll)
+    return (y_TxBxH, c_BxH, h_BxH), saved
+
+  def native_scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
+                  c0_BxH, h0_BxH, m_TxB):
+    # Each step's kernel reads its row of the inputs and writes its row of
+    # the outputs in place: no per-step slices and updates for XLA to copy.
+    T = xw_TxBx4H.shape[0]
     fills = _native_fills(B, H)
+    params = _native_params(fills, gx_4H, b_4H, g_4H, g_H, b_H)
+    m_arg = fills[0] if m_TxB is None else m_TxB.astype(jnp.float32)
+    rx_arg = fills[0] if rx_TxB is None else rx_TxB
+    sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    kernel = jax.ffi.ffi_call(
+        'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S)),
+        input_output_aliases={12: 2, 13: 3}, vmap_method='sequential')
 
-  def step(carry, inp):
-    c_BxH, h_BxH = carry
-    xw_Bx4H, rx_Bx1, m_Bx1 = inp
-    c_new, h_new, y_BxH, saved = pointwise(
-        h_BxH @ w_Hx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H,
-        g_4H, g_H, b_H, fills)
-    return (c_new, h_new), (y_BxH, saved)
+    def body(t, carry):
+      c_BxH, h_BxH, y_TxBxH, saved = carry
+      return tuple(kernel(
+          h_BxH @ w_Hx4H, xw_TxBx4H, c_BxH, h_BxH, m_arg, rx_arg,
+          jnp.asarray(t, jnp.int32), *params, y_TxBxH, saved,
+          norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
+          eps=np.float32(eps)))
 
-  (c_BxH, h_BxH), (y_TxBxH, saved) = jax.lax.scan(
-      step, (c0_BxH, h0_BxH), (xw_TxBx4H, _col(rx_TxB), _col(m_TxB)),
-      unroll=unroll)
-  return (y_TxBxH, c_BxH, h_BxH), saved
+    c_BxH, h_BxH, y_TxBxH, saved = jax.lax.fori_loop(
+        0, T, body, (c0_BxH, h0_BxH, *_uninitialized((T, B, H), (T, B, S))),
+        unroll=unroll)
+    return (y_TxBxH, c_BxH, h_BxH), saved
+
+  scan = xla_scan
+  if use_native and _native_ok(xw_TxBx4H.dtype):
+    scan = _cpu_native(xla_scan, native_scan)
+  return scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
+              h0_BxH, m_TxB)
 
 
 def _input_rx(norm: str, xw_TxBx4H: Array, eps: float) -> Array | None:
@@ -794,9 +817,9 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
                + ([H] * 2 if norm != 'none' else []))
 
   def pointwise(dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1, dc_BxH, dh_BxH, sums,
-                gx_4H, b_4H, g_4H, g_H, b_H, fills):
+                gx_4H, b_4H, g_4H, g_H, b_H):
     """Everything in a step but ``dh_{t-1} = d(h @ w) @ w^T``: returns
-    (dc_{t-1}, d(h @ w), outs, sums). ``fills``: unused here."""
+    (dc_{t-1}, d(h @ w), outs, sums)."""
     parts = _split(row, sizes)
     act_Bx4H = parts.pop(0)
     if norm == 'layer':
@@ -843,51 +866,73 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     return dc_prev, da_Bx4H, outs, sums
 
   n_outs = 1 if norm == 'layer' else 0
-
-  def pointwise_native(dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1, dc_BxH, dh_BxH,
-                       sums, *params_fills):
-    fills = params_fills[-1]
-    m_B, *params = _native_args(fills, m_Bx1, *params_fills[:-1])
-    rx_B = _native_rx(fills, rx_Bx1)
-    if xw_Bx4H is None:  # not read: any buffer will do
-      xw_Bx4H = fills[0]
-    sds = lambda n: jax.ShapeDtypeStruct((B, n), jnp.float32)
-    outs = (sds(4 * H),) * n_outs
-    res = jax.ffi.ffi_call(
-        'lnorm_lstm_bwd', (sds(H), sds(4 * H)) + outs
-        + tuple(sds(n) for n in sum_sizes), vmap_method='sequential',
-        input_output_aliases={12 + k: 2 + n_outs + k
-                              for k in range(len(sum_sizes))})(
-            dy_BxH, row, xw_Bx4H, m_B, rx_B, dc_BxH, dh_BxH, *params, *sums,
-            norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked))
-    return (res[0], res[1], tuple(res[2:2 + n_outs]),
-            tuple(res[2 + n_outs:]))
-
-  fills = None
-  if use_native and _native_ok(dy_TxBxH.dtype):
-    pointwise = _cpu_native(pointwise, pointwise_native)
-    fills = _native_fills(B, H)
-
-  def step(carry, inp):
-    dc_BxH, dh_BxH, sums = carry
-    dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1 = inp
-    dc_prev, da_Bx4H, outs, sums = pointwise(
-        dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H,
-        b_4H, g_4H, g_H, b_H, fills)
-    dh_prev = da_Bx4H @ wt_4HxH
-    if masked:
-      dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
-    return (dc_prev, dh_prev, sums), outs + (da_Bx4H,)
-
   sums0 = tuple(jnp.zeros((B, n), dy_TxBxH.dtype) for n in sum_sizes)
-  # 'none' and 'layer_c' read no inputs in the backward steps.
-  xs_TxBx4H = xw_TxBx4H if norm == 'layer' else None
-  (dc0, dh0, sums), outs = jax.lax.scan(
-      step, (dc_BxH, dh_BxH, sums0),
-      (dy_TxBxH, saved, xs_TxBx4H, _col(rx_TxB), _col(m_TxB)), reverse=True,
-      unroll=unroll)
-  da = outs[-1]
-  dxw = outs[0]  # da itself but for 'layer'
+
+  # Both scans return (dc_0, dh_0, sums, d xw, d(h @ w)); d xw is d(h @ w)
+  # but for 'layer'. They take every array as an argument (see _lstm_fwd).
+  def xla_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
+               gx_4H, b_4H, wt_4HxH, g_4H, g_H, b_H):
+    def step(carry, inp):
+      dc_BxH, dh_BxH, sums = carry
+      dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1 = inp
+      dc_prev, da_Bx4H, outs, sums = pointwise(
+          dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1, dc_BxH, dh_BxH, sums, gx_4H,
+          b_4H, g_4H, g_H, b_H)
+      dh_prev = da_Bx4H @ wt_4HxH
+      if masked:
+        dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
+      return (dc_prev, dh_prev, sums), outs + (da_Bx4H,)
+
+    # 'none' and 'layer_c' read no inputs in the backward steps.
+    xs_TxBx4H = xw_TxBx4H if norm == 'layer' else None
+    (dc0, dh0, sums), outs = jax.lax.scan(
+        step, (dc_BxH, dh_BxH, sums0),
+        (dy_TxBxH, saved, xs_TxBx4H, _col(rx_TxB), _col(m_TxB)),
+        reverse=True, unroll=unroll)
+    return dc0, dh0, sums, outs[0], outs[-1]
+
+  def native_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
+                  gx_4H, b_4H, wt_4HxH, g_4H, g_H, b_H):
+    # As in _lstm_fwd: whole arrays in, rows written in place.
+    T = dy_TxBxH.shape[0]
+    fills = _native_fills(B, H)
+    params = _native_params(fills, gx_4H, b_4H, g_4H, g_H, b_H)
+    m_arg = fills[0] if m_TxB is None else m_TxB.astype(jnp.float32)
+    rx_arg = fills[0] if rx_TxB is None else rx_TxB
+    xw_arg = xw_TxBx4H if norm == 'layer' else fills[0]
+    sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    n_rest = n_outs + len(sum_sizes)
+    kernel = jax.ffi.ffi_call(
+        'lnorm_lstm_bwd', (sds(B, H), sds(B, 4 * H), sds(T, B, 4 * H))
+        + (sds(T, B, 4 * H),) * n_outs + tuple(sds(B, n) for n in sum_sizes),
+        input_output_aliases={13 + k: 2 + k for k in range(1 + n_rest)},
+        vmap_method='sequential')
+
+    def body(i, carry):
+      dc_BxH, dh_BxH, da, rest = carry
+      t = jnp.asarray(T - 1 - i, jnp.int32)
+      dc_prev, da_Bx4H, da, *rest = kernel(
+          dy_TxBxH, saved, xw_arg, m_arg, rx_arg, t, dc_BxH, dh_BxH, *params,
+          da, *rest, norm=np.int32(_NORM_CODE[norm]),
+          masked=np.int32(masked))
+      dh_prev = da_Bx4H @ wt_4HxH
+      if masked:
+        m_Bx1 = jax.lax.dynamic_index_in_dim(m_TxB, t, keepdims=False)[:, None]
+        dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
+      return dc_prev, dh_prev, da, tuple(rest)
+
+    bufs = _uninitialized(*[(T, B, 4 * H)] * (1 + n_outs))
+    dc0, dh0, da, rest = jax.lax.fori_loop(
+        0, T, body, (dc_BxH, dh_BxH, bufs[0], tuple(bufs[1:]) + sums0),
+        unroll=unroll)
+    return dc0, dh0, rest[n_outs:], (rest[0] if n_outs else da), da
+
+  scan = xla_scan
+  if use_native and _native_ok(dy_TxBxH.dtype):
+    scan = _cpu_native(xla_scan, native_scan)
+  dc0, dh0, sums, dxw, da = scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB,
+                                 dc_BxH, dh_BxH, gx_4H, b_4H, wt_4HxH, g_4H,
+                                 g_H, b_H)
 
   if masked:
     h_prev = saved[..., -H:]

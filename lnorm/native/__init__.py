@@ -41,7 +41,8 @@ HEADERS = (HERE / "vec.h",)
 TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
            "lnorm_layer_norm_bwd": "LnormLayerNormBwd",
            "lnorm_lstm_fwd": "LnormLstmFwd",
-           "lnorm_lstm_bwd": "LnormLstmBwd"}
+           "lnorm_lstm_bwd": "LnormLstmBwd",
+           "lnorm_uninitialized": "LnormUninitialized"}
 # No -ffast-math: the kernels' accuracy rests on the order of their float
 # operations (see layer_norm_cpu.cc).
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")

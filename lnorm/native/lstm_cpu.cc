@@ -106,36 +106,46 @@ inline void Gates(float* act, int64_t H, const Z& z) {
   Map(act + 3 * H, H, [&](int64_t j) { return lnorm::Tanh(z(3, j)); });
 }
 
+// Time step t of the forward scan. It reads step t of the whole inputs xw
+// (T, B, 4H), the mask and rx (T, B; any buffer when unused), and writes row
+// t of y (T, B, H) and of the saved rows (T, B, S), both aliased to their
+// outputs, so that the scan has no per-step slices or updates to copy.
 ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
                    ffi::Buffer<ffi::F32> c, ffi::Buffer<ffi::F32> h,
                    ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> rx,
-                   ffi::Buffer<ffi::F32> gx,
+                   ffi::Buffer<ffi::S32> step, ffi::Buffer<ffi::F32> gx,
                    ffi::Buffer<ffi::F32> b4, ffi::Buffer<ffi::F32> g4,
                    ffi::Buffer<ffi::F32> gH, ffi::Buffer<ffi::F32> bH,
+                   ffi::Buffer<ffi::F32> y_in, ffi::Buffer<ffi::F32> saved_in,
                    int32_t norm, int32_t masked, float eps,
                    ffi::ResultBuffer<ffi::F32> c_out,
                    ffi::ResultBuffer<ffi::F32> h_out,
                    ffi::ResultBuffer<ffi::F32> y_out,
                    ffi::ResultBuffer<ffi::F32> saved) {
-  const int64_t B = m.element_count(), H = gH.element_count();
+  const int64_t H = gH.element_count(), B = c.element_count() / H;
+  const int64_t T = B * H > 0 ? y_out->element_count() / (B * H) : 0;
+  const int64_t t = step.typed_data()[0];
   if (static_cast<int64_t>(a.element_count()) != B * 4 * H ||
-      static_cast<int64_t>(c.element_count()) != B * H) {
+      static_cast<int64_t>(xw.element_count()) != T * B * 4 * H || t < 0 ||
+      t >= T || y_in.typed_data() != y_out->typed_data() ||
+      saved_in.typed_data() != saved->typed_data()) {
     return ffi::Error::InvalidArgument("lnorm lstm step: bad shapes");
   }
-  const int64_t S = saved->element_count() / B;
+  const int64_t S = saved->element_count() / (T * B);
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
+  const float* mt = masked ? m.typed_data() + t * B : nullptr;
   std::vector<float> cnew(H);
   for (int64_t b = 0; b < B; ++b) {
     const float* ar = a.typed_data() + b * 4 * H;
-    const float* xr = xw.typed_data() + b * 4 * H;
+    const float* xr = xw.typed_data() + (t * B + b) * 4 * H;
     const float* cr = c.typed_data() + b * H;
     const float* hr = h.typed_data() + b * H;
-    float* row = saved->typed_data() + b * S;
+    float* row = saved->typed_data() + (t * B + b) * S;
     float* act = row;
     float* cp = row + (norm == 1 ? 8 * H + 1 : 4 * H);
     if (norm == 1) {
-      const float rxb = rx.typed_data()[b];
+      const float rxb = rx.typed_data()[t * B + b];
       const float ms = SumOf(4 * H, [&](int64_t j) {
         const f8 v = LoadN(ar, j, 4 * H);
         return v * v;
@@ -143,20 +153,14 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
       const float ra = 1.0f / std::sqrt(ms + eps);
       float* ahr = row + 4 * H;
       ahr[4 * H] = ra;
-      // ah into the saved row, and the gates from it, in one pass.
-      For8(H, [&](int64_t j, auto full) {
-        constexpr bool F = decltype(full)::value;
-        f8 z[4];
-        for (int64_t k = 0; k < 4; ++k) {
-          const int64_t off = k * H;
-          const f8 ah = Ld<F>(ar + off, j, H) * ra;
-          St<F>(ahr + off, j, H, ah);
-          z[k] = ah * Ld<F>(p.g4 + off, j, H) +
-                 Ld<F>(xr + off, j, H) * rxb * Ld<F>(p.gx + off, j, H) +
-                 Ld<F>(p.b4 + off, j, H);
-        }
-        for (int64_t k = 0; k < 3; ++k) St<F>(act + k * H, j, H, lnorm::Sigmoid(z[k]));
-        St<F>(act + 3 * H, j, H, lnorm::Tanh(z[3]));
+      // ah into the saved row, and the gates from it, in one pass a gate.
+      Gates(act, H, [&](int64_t k, int64_t j) {
+        const int64_t off = k * H;
+        const f8 ah = LoadN(ar + off, j, H) * ra;
+        StoreN(ahr + off, j, H, ah);
+        return ah * LoadN(p.g4 + off, j, H) +
+               LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
+               LoadN(p.b4 + off, j, H);
       });
     } else {
       Gates(act, H, [&](int64_t k, int64_t j) {
@@ -195,8 +199,8 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
       });
     }
     float* cn = c_out->typed_data() + b * H;
-    float* yr = y_out->typed_data() + b * H;
-    const bool keep = !masked || m.typed_data()[b] != 0;
+    float* yr = y_out->typed_data() + (t * B + b) * H;
+    const bool keep = !masked || mt[b] != 0;
     if (masked) {
       float* hp = cp + H + (norm == 0 ? 0 : 2);
       for (int64_t j = 0; j < H; ++j) hp[j] = hr[j];
@@ -210,28 +214,38 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
   return ffi::Error::Success();
 }
 
+// Time step t of the backward scan, over the whole arrays as the forward:
+// it reads step t of dy (T, B, H), the saved rows, xw, the mask and rx, and
+// writes row t of d(h @ w) (T, B, 4H) and, for 'layer', of d xw, both
+// aliased to their outputs; d(h @ w) at t is also an output of its own, for
+// the matmul of the step. The sums are aliased too.
 ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> m,
-                    ffi::Buffer<ffi::F32> rx, ffi::Buffer<ffi::F32> dc,
-                    ffi::Buffer<ffi::F32> dh,
+                    ffi::Buffer<ffi::F32> rx, ffi::Buffer<ffi::S32> step,
+                    ffi::Buffer<ffi::F32> dc, ffi::Buffer<ffi::F32> dh,
                     ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                     ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
-                    ffi::Buffer<ffi::F32> bH, ffi::RemainingArgs sums_in,
-                    int32_t norm, int32_t masked,
+                    ffi::Buffer<ffi::F32> bH, ffi::Buffer<ffi::F32> da_in,
+                    ffi::RemainingArgs rest_in, int32_t norm, int32_t masked,
                     ffi::ResultBuffer<ffi::F32> dc_out,
-                    ffi::ResultBuffer<ffi::F32> da_out,
+                    ffi::ResultBuffer<ffi::F32> da_t,
+                    ffi::ResultBuffer<ffi::F32> da_all,
                     ffi::RemainingRets rest) {
-  const int64_t B = m.element_count(), H = gH.element_count();
-  const int64_t S = saved.element_count() / B;
+  const int64_t H = gH.element_count(), B = dc.element_count() / H;
+  const int64_t T = B * H > 0 ? dy.element_count() / (B * H) : 0;
+  const int64_t t = step.typed_data()[0];
   const int64_t nsums = norm == 0 ? 1 : norm == 1 ? 5 : 3;
   const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxw,) + sums
-  if (static_cast<int64_t>(sums_in.size()) != nsums ||
-      static_cast<int64_t>(rest.size()) != nrest) {
-    return ffi::Error::InvalidArgument("lnorm lstm step: bad sums");
+  if (static_cast<int64_t>(rest_in.size()) != nrest ||
+      static_cast<int64_t>(rest.size()) != nrest || t < 0 || t >= T ||
+      static_cast<int64_t>(da_all->element_count()) != T * B * 4 * H ||
+      da_in.typed_data() != da_all->typed_data()) {
+    return ffi::Error::InvalidArgument("lnorm lstm step: bad shapes");
   }
+  const int64_t S = saved.element_count() / (T * B);
   std::vector<float*> sout(nsums);
   for (int64_t k = 0; k < nsums; ++k) {
-    auto in = sums_in.get<ffi::Buffer<ffi::F32>>(k);
+    auto in = rest_in.get<ffi::Buffer<ffi::F32>>(nrest - nsums + k);
     auto out = rest.get<ffi::Buffer<ffi::F32>>(nrest - nsums + k);
     if (!in.has_value() || !out.has_value()) {
       return ffi::Error::InvalidArgument("lnorm lstm step: sums not f32");
@@ -247,20 +261,26 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   }
   float* dxw_out = nullptr;
   if (norm == 1) {
+    auto r_in = rest_in.get<ffi::Buffer<ffi::F32>>(0);
     auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
-    if (!r.has_value() || static_cast<int64_t>(xw.element_count()) != B * 4 * H) {
+    if (!r_in.has_value() || !r.has_value() ||
+        r_in->typed_data() != (*r)->typed_data() ||
+        static_cast<int64_t>(xw.element_count()) != T * B * 4 * H ||
+        static_cast<int64_t>((*r)->element_count()) != T * B * 4 * H) {
       return ffi::Error::InvalidArgument("lnorm lstm step: bad d xw");
     }
-    dxw_out = (*r)->typed_data();
+    dxw_out = (*r)->typed_data() + t * B * 4 * H;
   }
+  const float* mt = masked ? m.typed_data() + t * B : nullptr;
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
-  std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H);
+  std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
+      dzbuf(norm == 1 ? 4 * H : 0);
   for (int64_t b = 0; b < B; ++b) {
-    const float* row = saved.typed_data() + b * S;
+    const float* row = saved.typed_data() + (t * B + b) * S;
     // The input projection's row: read for 'layer' only.
-    const float* xr = norm == 1 ? xw.typed_data() + b * 4 * H : nullptr;
-    const float rxb = norm == 1 ? rx.typed_data()[b] : 1.0f;
+    const float* xr = norm == 1 ? xw.typed_data() + (t * B + b) * 4 * H : nullptr;
+    const float rxb = norm == 1 ? rx.typed_data()[t * B + b] : 1.0f;
     const float* act = row;
     const float* ah = row + 4 * H;  // 'layer' only
     const float ra = norm == 1 ? ah[4 * H] : 0.0f;
@@ -269,8 +289,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     Map(cnew.data(), H, [&](int64_t j) {
       return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
     });
-    const bool keep = !masked || m.typed_data()[b] != 0;
-    const float* dyr = dy.typed_data() + b * H;
+    const bool keep = !masked || mt[b] != 0;
+    const float* dyr = dy.typed_data() + (t * B + b) * H;
     const float* dcr = dc.typed_data() + b * H;
     const float* dhr = dh.typed_data() + b * H;
     for (int64_t j = 0; j < H; ++j) dhc[j] = keep ? dhr[j] + dyr[j] : 0.0f;
@@ -312,44 +332,46 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       });
       Map(s_bH, H, [&](int64_t j) { return LoadN(s_bH, j, H) + LoadN(dcn.data(), j, H); });
     }
-    // d(pre-activations) dz, a gate at a time, and in the same pass every
-    // per-element use of it: the sums, and without 'layer' the output
-    // d(h @ w) = dz itself; with 'layer', d xh = dz gx, and dz g4 into the
-    // output, which the LN backward then finishes in place.
-    float* da = da_out->typed_data() + b * 4 * H;
-    float* s_g4 = norm == 1 ? sout[1] : nullptr;
-    float* s_gx = norm == 1 ? sout[2] : nullptr;
-    float* dx = norm == 1 ? dxw_out + b * 4 * H : nullptr;
-    // Sums of ah dz g4 and of xw dz gx; padded tails add 0, as dz is 0 there.
-    f8 mad8{}, mx8{};
+    // d(pre-activations) dz, and the bias sum. Without 'layer' dz is the
+    // output d(h @ w); with it, dz goes to a scratch row for the next pass.
+    float* da = da_all->typed_data() + (t * B + b) * 4 * H;
+    float* dz = norm == 1 ? dzbuf.data() : da;
     For8(H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
       const f8 fv = Ld<F>(f, j, H), iv = Ld<F>(i, j, H), ov = Ld<F>(o, j, H),
                gv = Ld<F>(g, j, H), dcv = Ld<F>(dcnew.data(), j, H);
-      const f8 dz[4] = {
+      const f8 dzk[4] = {
           dcv * Ld<F>(cp, j, H) * fv * (1.0f - fv),
           dcv * gv * iv * (1.0f - iv),
           Ld<F>(dhc.data(), j, H) * Ld<F>(tc.data(), j, H) * ov * (1.0f - ov),
           dcv * iv * (1.0f - gv * gv)};
       for (int64_t k = 0; k < 4; ++k) {
-        const int64_t off = k * H;
-        St<F>(s_db4 + off, j, H, Ld<F>(s_db4 + off, j, H) + dz[k]);
-        if (norm != 1) {
-          St<F>(da + off, j, H, dz[k]);
-          continue;
-        }
-        const f8 ahv = Ld<F>(ah + off, j, H);
-        const f8 xwv = Ld<F>(xr + off, j, H);
-        const f8 d = dz[k] * Ld<F>(p.g4 + off, j, H);
-        const f8 dxh = dz[k] * Ld<F>(p.gx + off, j, H);
-        St<F>(s_g4 + off, j, H, Ld<F>(s_g4 + off, j, H) + dz[k] * ahv);
-        St<F>(s_gx + off, j, H, Ld<F>(s_gx + off, j, H) + dz[k] * (xwv * rxb));
-        St<F>(dx + off, j, H, dxh);
-        St<F>(da + off, j, H, d);
-        mad8 += ahv * d;
-        mx8 += dxh * xwv;
+        St<F>(dz + k * H, j, H, dzk[k]);
+        St<F>(s_db4 + k * H, j, H, Ld<F>(s_db4 + k * H, j, H) + dzk[k]);
       }
     });
+    float* dx = norm == 1 ? dxw_out + b * 4 * H : nullptr;
+    // 'layer': the gain sums, d xh = dz gx into d xw's row and dz g4 into
+    // d(h @ w)'s, and the sums of ah dz g4 and of xw dz gx that the two
+    // norms' backward needs (padded tails add 0: dz is 0 there).
+    f8 mad8{}, mx8{};
+    if (norm == 1) {
+      float* s_g4 = sout[1];
+      float* s_gx = sout[2];
+      For8(4 * H, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        const int64_t n = 4 * H;
+        const f8 dzv = Ld<F>(dz, j, n), ahv = Ld<F>(ah, j, n),
+                 xwv = Ld<F>(xr, j, n);
+        const f8 d = dzv * Ld<F>(p.g4, j, n), dxh = dzv * Ld<F>(p.gx, j, n);
+        St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
+        St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
+        St<F>(da, j, n, d);
+        St<F>(dx, j, n, dxh);
+        mad8 += ahv * d;
+        mx8 += dxh * xwv;
+      });
+    }
     if (norm == 1) {
       // The two layer norms' backward: da from dz g4 and ah; d xw from
       // d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
@@ -364,8 +386,14 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     float* dco = dc_out->typed_data() + b * H;
     for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
   }
+  std::memcpy(da_t->typed_data(), da_all->typed_data() + t * B * 4 * H,
+              B * 4 * H * sizeof(float));
   return ffi::Error::Success();
 }
+
+// Buffers for the scans' outputs, left as allocated: every row is written
+// before it is read, so XLA's zero fill of a scan output would be wasted.
+ffi::Error Uninitialized(ffi::RemainingRets) { return ffi::Error::Success(); }
 
 }  // namespace
 
@@ -377,26 +405,30 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // h
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
                                   .Arg<ffi::Buffer<ffi::F32>>()  // rx
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // t
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // b4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // g4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // y
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // saved
                                   .Attr<int32_t>("norm")
                                   .Attr<int32_t>("masked")
                                   .Attr<float>("eps")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // c_t
                                   .Ret<ffi::Buffer<ffi::F32>>()   // h_t
-                                  .Ret<ffi::Buffer<ffi::F32>>()   // y_t
-                                  .Ret<ffi::Buffer<ffi::F32>>());  // saved row
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // y
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // saved
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dy
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // saved row
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // saved
                                   .Arg<ffi::Buffer<ffi::F32>>()  // xw
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
                                   .Arg<ffi::Buffer<ffi::F32>>()  // rx
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // t
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dc
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dh
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gx
@@ -404,9 +436,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // g4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
-                                  .RemainingArgs()                // sums
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // d(h @ w)
+                                  .RemainingArgs()                // (dxw,) sums
                                   .Attr<int32_t>("norm")
                                   .Attr<int32_t>("masked")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dc_{t-1}
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w) at t
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
                                   .RemainingRets());              // (dxw,) sums
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormUninitialized, Uninitialized,
+                              ffi::Ffi::Bind().RemainingRets());
