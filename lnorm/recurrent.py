@@ -561,20 +561,25 @@ class Recurrent(nn.Module):
 # ``LayerNormCLSTMCell`` computes, reorganised for speed. BENCHMARKS.md
 # ("Recurrent LSTM") has the measurements behind each choice:
 #
-# * W_x x for all steps is one matmul before the scan, and with 'layer' so is
-#   its layer norm (``_rms_proj``).
+# * W_x x for all steps is one matmul before the scan (``_proj``, whose
+#   backward keeps d(W_x x) row-major). With 'layer', its 1/sigma per row is
+#   one reduction before the scan, and the steps normalize their row: xw is
+#   the only (T, B, 4H) array of the input side.
 # * LN(v @ k) = RMSNorm(v @ _center(k)) exactly: the row mean of v @ k is v
-#   times the row means of k. The recurrent LN then needs one reduction per
-#   step instead of two, forward and backward.
+#   times the row means of k. The LNs then need one reduction per row
+#   instead of two, forward and backward.
 # * The backward pass is a hand-written scan (``_lstm_scan``) that does per
 #   step only what is sequential; the W_h gradient is one matmul after it,
-#   and the gain and bias gradients are summed per example in its carry.
-# * Each forward step saves one packed row, as small as possible: on the CPU,
-#   memory written per step cost more than recomputing the gates.
+#   and the gain and bias gradients are summed in its carry.
+# * Each forward step saves one packed row: the gates, and for 'layer' also
+#   LN(W_h h) before its gain, so the backward recomputes nothing.
 # * On CPU (float32), each step's elementwise work, everything between the
 #   matmuls with W_h, is one native kernel (``lnorm/native/lstm_cpu.cc``)
 #   instead of the dozen small XLA kernels it compiles to, whose fixed costs
-#   were most of the LN-LSTM's overhead over the plain one.
+#   were most of the LN-LSTM's overhead over the plain one. The kernels take
+#   the whole (T, ...) arrays and the step, and write their rows in place:
+#   XLA's scan would copy every step's slices and updates, and zero-fill
+#   its outputs first.
 
 _NORMS = ('none', 'layer', 'layer_c')
 
@@ -743,6 +748,10 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
     params = _native_params(fills, gx_4H, b_4H, g_4H, g_H, b_H)
     m_arg = fills[0] if m_TxB is None else m_TxB.astype(jnp.float32)
     rx_arg = fills[0] if rx_TxB is None else rx_TxB
+    # Whole arrays go into every step: behind the barrier a constant one
+    # (a mask of ones, say) is data, not a fill that XLA sinks into the loop.
+    xw_TxBx4H, m_arg, rx_arg = jax.lax.optimization_barrier(
+        (xw_TxBx4H, m_arg, rx_arg))
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     kernel = jax.ffi.ffi_call(
         'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S)),
@@ -899,20 +908,22 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     params = _native_params(fills, gx_4H, b_4H, g_4H, g_H, b_H)
     m_arg = fills[0] if m_TxB is None else m_TxB.astype(jnp.float32)
     rx_arg = fills[0] if rx_TxB is None else rx_TxB
-    xw_arg = xw_TxBx4H if norm == 'layer' else fills[0]
+    # As in _lstm_fwd; dy is a constant for a loss like sum(y).
+    dy_TxBxH, saved, m_arg, rx_arg = jax.lax.optimization_barrier(
+        (dy_TxBxH, saved, m_arg, rx_arg))
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     n_rest = n_outs + len(sum_sizes)
     kernel = jax.ffi.ffi_call(
         'lnorm_lstm_bwd', (sds(B, H), sds(B, 4 * H), sds(T, B, 4 * H))
         + (sds(T, B, 4 * H),) * n_outs + tuple(sds(B, n) for n in sum_sizes),
-        input_output_aliases={13 + k: 2 + k for k in range(1 + n_rest)},
+        input_output_aliases={12 + k: 2 + k for k in range(1 + n_rest)},
         vmap_method='sequential')
 
     def body(i, carry):
       dc_BxH, dh_BxH, da, rest = carry
       t = jnp.asarray(T - 1 - i, jnp.int32)
       dc_prev, da_Bx4H, da, *rest = kernel(
-          dy_TxBxH, saved, xw_arg, m_arg, rx_arg, t, dc_BxH, dh_BxH, *params,
+          dy_TxBxH, saved, m_arg, rx_arg, t, dc_BxH, dh_BxH, *params,
           da, *rest, norm=np.int32(_NORM_CODE[norm]),
           masked=np.int32(masked))
       dh_prev = da_Bx4H @ wt_4HxH
@@ -921,9 +932,11 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
         dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
       return dc_prev, dh_prev, da, tuple(rest)
 
-    bufs = _uninitialized(*[(T, B, 4 * H)] * (1 + n_outs))
+    # 'layer': xw's buffer turns into d xw's, row by row.
+    xw_rest = (xw_TxBx4H,) if norm == 'layer' else ()
     dc0, dh0, da, rest = jax.lax.fori_loop(
-        0, T, body, (dc_BxH, dh_BxH, bufs[0], tuple(bufs[1:]) + sums0),
+        0, T, body, (dc_BxH, dh_BxH, *_uninitialized((T, B, 4 * H)),
+                     xw_rest + sums0),
         unroll=unroll)
     return dc0, dh0, rest[n_outs:], (rest[0] if n_outs else da), da
 

@@ -8,8 +8,8 @@
 // The equations and the layout of the row saved per step are those of
 // _lstm_fwd and _lstm_scan_bwd in lnorm/recurrent.py (their XLA versions),
 // with norm 0 = 'none', 1 = 'layer', 2 = 'layer_c'. Parameters a norm does
-// not use arrive as ones (gains) and zeros (biases); an unmasked scan passes
-// a mask of ones with masked = 0.
+// not use arrive as ones (gains) and zeros (biases); inputs it does not read
+// (the mask with masked = 0; rx but for 'layer') arrive as any buffer.
 
 #include <cmath>
 #include <cstdint>
@@ -215,13 +215,15 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
 }
 
 // Time step t of the backward scan, over the whole arrays as the forward:
-// it reads step t of dy (T, B, H), the saved rows, xw, the mask and rx, and
-// writes row t of d(h @ w) (T, B, 4H) and, for 'layer', of d xw, both
-// aliased to their outputs; d(h @ w) at t is also an output of its own, for
-// the matmul of the step. The sums are aliased too.
+// it reads step t of dy (T, B, H), the saved rows, the mask and rx, and
+// writes row t of d(h @ w) (T, B, 4H), aliased to its output; d(h @ w) at t
+// is also an output of its own, for the matmul of the step. For 'layer' the
+// first of the remaining buffers holds xw, and the kernel overwrites its row
+// t, once read, with d xw: one (T, B, 4H) array for both. The sums are
+// aliased too.
 ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
-                    ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> m,
-                    ffi::Buffer<ffi::F32> rx, ffi::Buffer<ffi::S32> step,
+                    ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> rx,
+                    ffi::Buffer<ffi::S32> step,
                     ffi::Buffer<ffi::F32> dc, ffi::Buffer<ffi::F32> dh,
                     ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                     ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
@@ -265,7 +267,6 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
     if (!r_in.has_value() || !r.has_value() ||
         r_in->typed_data() != (*r)->typed_data() ||
-        static_cast<int64_t>(xw.element_count()) != T * B * 4 * H ||
         static_cast<int64_t>((*r)->element_count()) != T * B * 4 * H) {
       return ffi::Error::InvalidArgument("lnorm lstm step: bad d xw");
     }
@@ -275,11 +276,11 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
   std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
-      dzbuf(norm == 1 ? 4 * H : 0);
+      dzbuf(norm == 1 ? 4 * H : 0), dxhbuf(norm == 1 ? 4 * H : 0);
   for (int64_t b = 0; b < B; ++b) {
     const float* row = saved.typed_data() + (t * B + b) * S;
-    // The input projection's row: read for 'layer' only.
-    const float* xr = norm == 1 ? xw.typed_data() + (t * B + b) * 4 * H : nullptr;
+    // 'layer': the input projection's row, which becomes d xw's.
+    float* xr = norm == 1 ? dxw_out + b * 4 * H : nullptr;
     const float rxb = norm == 1 ? rx.typed_data()[t * B + b] : 1.0f;
     const float* act = row;
     const float* ah = row + 4 * H;  // 'layer' only
@@ -350,7 +351,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
         St<F>(s_db4 + k * H, j, H, Ld<F>(s_db4 + k * H, j, H) + dzk[k]);
       }
     });
-    float* dx = norm == 1 ? dxw_out + b * 4 * H : nullptr;
+    float* dxh = dxhbuf.data();
     // 'layer': the gain sums, d xh = dz gx into d xw's row and dz g4 into
     // d(h @ w)'s, and the sums of ah dz g4 and of xw dz gx that the two
     // norms' backward needs (padded tails add 0: dz is 0 there).
@@ -363,13 +364,13 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
         const int64_t n = 4 * H;
         const f8 dzv = Ld<F>(dz, j, n), ahv = Ld<F>(ah, j, n),
                  xwv = Ld<F>(xr, j, n);
-        const f8 d = dzv * Ld<F>(p.g4, j, n), dxh = dzv * Ld<F>(p.gx, j, n);
+        const f8 d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
         St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
         St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
         St<F>(da, j, n, d);
-        St<F>(dx, j, n, dxh);
+        St<F>(dxh, j, n, dxhv);
         mad8 += ahv * d;
-        mx8 += dxh * xwv;
+        mx8 += dxhv * xwv;
       });
     }
     if (norm == 1) {
@@ -380,7 +381,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       For8(4 * H, [&](int64_t j, auto full) {
         constexpr bool F = decltype(full)::value;
         St<F>(da, j, 4 * H, ra * (Ld<F>(da, j, 4 * H) - Ld<F>(ah, j, 4 * H) * mad));
-        St<F>(dx, j, 4 * H, rxb * (Ld<F>(dx, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
+        St<F>(xr, j, 4 * H, rxb * (Ld<F>(dxh, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
       });
     }
     float* dco = dc_out->typed_data() + b * H;
@@ -425,7 +426,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // dy
                                   .Arg<ffi::Buffer<ffi::F32>>()  // saved
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // xw
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
                                   .Arg<ffi::Buffer<ffi::F32>>()  // rx
                                   .Arg<ffi::Buffer<ffi::S32>>()  // t
@@ -437,7 +437,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // d(h @ w)
-                                  .RemainingArgs()                // (dxw,) sums
+                                  .RemainingArgs()                // (xw,) sums
                                   .Attr<int32_t>("norm")
                                   .Attr<int32_t>("masked")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dc_{t-1}
