@@ -864,7 +864,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       terms = [dz_Bx4H * ah_Bx4H, dz_Bx4H * xh_Bx4H] + terms
       d_Bx4H = dz_Bx4H * g_4H[None]
       da_Bx4H = ra_Bx1 * (d_Bx4H - ah_Bx4H * _mean(ah_Bx4H * d_Bx4H))
-      outs = (rx_Bx1 * (dxh_Bx4H - xh_Bx4H * _mean(xh_Bx4H * dxh_Bx4H)),)
+      outs = (dxh_Bx4H,)  # xla_scan finishes d xw after the loop
     else:
       da_Bx4H = dz_Bx4H
       outs = ()
@@ -898,7 +898,14 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
         step, (dc_BxH, dh_BxH, sums0),
         (dy_TxBxH, saved, xs_TxBx4H, _col(rx_TxB), _col(m_TxB)),
         reverse=True, unroll=unroll)
-    return dc0, dh0, sums, outs[0], outs[-1]
+    dxw = outs[0]
+    if norm == 'layer':
+      # The x-side norm's backward as one pass over (T, B, 4H): in the loop
+      # it would be one more small reduction kernel per step.
+      rx_TxBx1 = rx_TxB[..., None]
+      xh, dxh = xw_TxBx4H * rx_TxBx1, dxw
+      dxw = rx_TxBx1 * (dxh - xh * _mean(xh * dxh))
+    return dc0, dh0, sums, dxw, outs[-1]
 
   def native_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
                   gx_4H, b_4H, wt_4HxH, g_4H, g_H, b_H):
