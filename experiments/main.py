@@ -30,8 +30,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 # glibc's mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
-_MALLOC_VARS = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 
 
 def keep_freed_memory() -> bool:
@@ -41,23 +40,23 @@ def keep_freed_memory() -> bool:
   default glibc maps every block above its mmap threshold (at most 32 MiB)
   afresh and unmaps it when it is freed, so a training step with large
   temporaries page-faults all of them on every call (BENCHMARKS.md, "The
-  allocator"). So does a thread other than the main one with any block over
-  64 MiB, whatever the threshold, unless it allocates from the main arena:
-  XLA runs its calls on such threads. The price is that the process keeps
-  its peak memory. Skipped where the C library has no ``mallopt``, and where
-  the user set any of glibc's ``MALLOC_MMAP_MAX_``,
-  ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_ARENA_MAX``. Returns whether it
-  applied.
+  allocator"). The price is that the process keeps its peak memory. Blocks
+  over 64 MiB that XLA's threads allocate are still mapped afresh: only
+  ``MALLOC_ARENA_MAX=1`` keeps those, at the cost of one lock for all
+  threads, which slowed DRAW's training (BENCHMARKS.md); set it where the
+  temporaries are that large.
+  Skipped where the C library has no ``mallopt``, and where the user set
+  glibc's ``MALLOC_MMAP_MAX_`` or ``MALLOC_TRIM_THRESHOLD_``. Returns whether
+  it applied.
   """
-  if any(v in os.environ for v in _MALLOC_VARS):
+  if "MALLOC_MMAP_MAX_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
     return False
   try:
     mallopt = ctypes.CDLL(None).mallopt
   except (OSError, AttributeError):
     return False
-  return (bool(mallopt(_M_MMAP_MAX, 0))
-          and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
-          and bool(mallopt(_M_ARENA_MAX, 1)))
+  return bool(mallopt(_M_MMAP_MAX, 0)) and bool(
+      mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def check_environment() -> None:
