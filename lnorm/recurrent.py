@@ -820,7 +820,8 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
   # transposed-operand kernel was 1.3-1.7x slower for these shapes.
   wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
-  # Per-example sums over time of the bias and gain gradients, carried: the
+  # Sums over time of the bias and gain gradients, carried (per example in
+  # XLA, pooled into row 0 by the kernels; summed over rows at the end): the
   # same sums taken after the scan over (T, B, 4H) arrays were slower.
   sum_sizes = ([4 * H] + ([4 * H] * 2 if norm == 'layer' else [])
                + ([H] * 2 if norm != 'none' else []))
