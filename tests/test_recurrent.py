@@ -705,6 +705,19 @@ def test_lstm_batch_axes_and_carry():
   np.testing.assert_allclose(h2, h, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('norm', list(SEQ_CELLS))
+def test_lstm_empty_batch(norm, impl):
+  """A batch of none: empty outputs and zero gradients."""
+  lstm = R.LSTM(H, norm=norm)
+  params = lstm.init(jax.random.key(0), inputs((B, T, I)))
+  x = jnp.zeros((0, T, I))
+  loss = lambda p: jnp.sum(lstm.apply(p, x))
+  y = jax.jit(lstm.apply)(params, x)
+  grads = jax.jit(jax.grad(loss))(params)
+  assert y.shape == (0, T, H)
+  assert all(bool(jnp.all(g == 0)) for g in jax.tree.leaves(grads))
+
+
 def test_lstm_checks_arguments():
   x = inputs((B, T, I))
   with pytest.raises(ValueError, match='norm'):

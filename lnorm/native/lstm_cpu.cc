@@ -122,8 +122,9 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
                    ffi::ResultBuffer<ffi::F32> h_out,
                    ffi::ResultBuffer<ffi::F32> y_out,
                    ffi::ResultBuffer<ffi::F32> saved) {
-  const int64_t H = gH.element_count(), B = c.element_count() / H;
-  const int64_t T = B * H > 0 ? y_out->element_count() / (B * H) : 0;
+  const int64_t H = gH.element_count(), B = H > 0 ? c.element_count() / H : 0;
+  if (B * H == 0) return ffi::Error::Success();  // an empty batch
+  const int64_t T = y_out->element_count() / (B * H);
   const int64_t t = step.typed_data()[0];
   if (static_cast<int64_t>(a.element_count()) != B * 4 * H ||
       static_cast<int64_t>(xw.element_count()) != T * B * 4 * H || t < 0 ||
@@ -233,8 +234,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::ResultBuffer<ffi::F32> da_t,
                     ffi::ResultBuffer<ffi::F32> da_all,
                     ffi::RemainingRets rest) {
-  const int64_t H = gH.element_count(), B = dc.element_count() / H;
-  const int64_t T = B * H > 0 ? dy.element_count() / (B * H) : 0;
+  const int64_t H = gH.element_count(), B = H > 0 ? dc.element_count() / H : 0;
+  if (B * H == 0) return ffi::Error::Success();  // an empty batch
+  const int64_t T = dy.element_count() / (B * H);
   const int64_t t = step.typed_data()[0];
   const int64_t nsums = norm == 0 ? 1 : norm == 1 ? 5 : 3;
   const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxw,) + sums
