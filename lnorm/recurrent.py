@@ -665,12 +665,22 @@ def _col(a_TxB: Array | None) -> Array | None:
   return None if a_TxB is None else a_TxB[..., None]
 
 
-def _native_params(fills, gx_4H, b_4H, g_4H, g_H, b_H):
-  """Every parameter, as the kernels take them."""
-  _, ones_4H, ones_H, zeros_H = fills
+def _native_inputs(B, H, arrays, m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H):
+  """The kernels' operands: the whole (T, ...) ``arrays``, the mask and rx
+  (any buffer when absent), and every parameter (a fill when absent).
+
+  Every step takes the whole arrays: behind the barrier, a constant one (a
+  mask of ones; the cotangent of a loss like sum(y)) is data, not a fill
+  that XLA sinks into the loop and builds anew every step."""
+  ones_B, ones_4H, ones_H, zeros_H = _native_fills(B, H)
   pick = lambda p, fill: fill if p is None else p
-  return (pick(gx_4H, ones_4H), b_4H, pick(g_4H, ones_4H), pick(g_H, ones_H),
-          pick(b_H, zeros_H))
+  params = (pick(gx_4H, ones_4H), b_4H, pick(g_4H, ones_4H), pick(g_H, ones_H),
+            pick(b_H, zeros_H))
+  m_arg = ones_B if m_TxB is None else m_TxB.astype(jnp.float32)
+  rx_arg = pick(rx_TxB, ones_B)
+  *arrays, m_arg, rx_arg = jax.lax.optimization_barrier(
+      (*arrays, m_arg, rx_arg))
+  return arrays, m_arg, rx_arg, params
 
 
 def _uninitialized(*shapes: tuple[int, ...]) -> list[Array]:
@@ -744,14 +754,8 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
     # Each step's kernel reads its row of the inputs and writes its row of
     # the outputs in place: no per-step slices and updates for XLA to copy.
     T = xw_TxBx4H.shape[0]
-    fills = _native_fills(B, H)
-    params = _native_params(fills, gx_4H, b_4H, g_4H, g_H, b_H)
-    m_arg = fills[0] if m_TxB is None else m_TxB.astype(jnp.float32)
-    rx_arg = fills[0] if rx_TxB is None else rx_TxB
-    # Whole arrays go into every step: behind the barrier a constant one
-    # (a mask of ones, say) is data, not a fill that XLA sinks into the loop.
-    xw_TxBx4H, m_arg, rx_arg = jax.lax.optimization_barrier(
-        (xw_TxBx4H, m_arg, rx_arg))
+    (xw_TxBx4H,), m_arg, rx_arg, params = _native_inputs(
+        B, H, (xw_TxBx4H,), m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     kernel = jax.ffi.ffi_call(
         'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S)),
@@ -912,13 +916,8 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
                   gx_4H, b_4H, wt_4HxH, g_4H, g_H, b_H):
     # As in _lstm_fwd: whole arrays in, rows written in place.
     T = dy_TxBxH.shape[0]
-    fills = _native_fills(B, H)
-    params = _native_params(fills, gx_4H, b_4H, g_4H, g_H, b_H)
-    m_arg = fills[0] if m_TxB is None else m_TxB.astype(jnp.float32)
-    rx_arg = fills[0] if rx_TxB is None else rx_TxB
-    # As in _lstm_fwd; dy is a constant for a loss like sum(y).
-    dy_TxBxH, saved, m_arg, rx_arg = jax.lax.optimization_barrier(
-        (dy_TxBxH, saved, m_arg, rx_arg))
+    (dy_TxBxH, saved), m_arg, rx_arg, params = _native_inputs(
+        B, H, (dy_TxBxH, saved), m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     n_rest = n_outs + len(sum_sizes)
     kernel = jax.ffi.ffi_call(

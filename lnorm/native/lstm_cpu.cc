@@ -254,14 +254,13 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     if (!in.has_value() || !out.has_value()) {
       return ffi::Error::InvalidArgument("lnorm lstm step: sums not f32");
     }
-    // The sums are pooled over the batch into their row 0, which stays in
-    // cache from one example to the next; the scan sums the rows after it.
-    // input_output_aliases makes each sum's output its input's buffer;
-    // should they ever differ, the output starts as a copy of the input.
-    sout[k] = (*out)->typed_data();
-    if (in->typed_data() != sout[k]) {
-      std::memcpy(sout[k], in->typed_data(), in->element_count() * sizeof(float));
+    // Aliased, as the scan asks. The sums are pooled over the batch into
+    // their row 0, which stays in cache from one example to the next; the
+    // scan sums the rows after it.
+    if (in->typed_data() != (*out)->typed_data()) {
+      return ffi::Error::InvalidArgument("lnorm lstm step: sums not aliased");
     }
+    sout[k] = (*out)->typed_data();
   }
   float* dxw_out = nullptr;
   if (norm == 1) {
