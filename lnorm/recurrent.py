@@ -619,8 +619,9 @@ def _split(x: Array, sizes: list[int]) -> list[Array]:
 
 def _saved_sizes(norm: str, H: int, masked: bool) -> list[int]:
   """Widths of the row saved per step, in the order ``_lstm_fwd`` packs it:
-  the gates, then for 'layer' LN(W_h h) before its gain and its 1/sigma."""
-  sizes = [4 * H] + ([4 * H, 1] if norm == 'layer' else [])  # act, (ah, ra)
+  the gates, or for 'layer' LN(W_h h) before its gain and its 1/sigma, from
+  which the backward recomputes the gates."""
+  sizes = [4 * H, 1] if norm == 'layer' else [4 * H]  # (ah, ra) or act
   sizes.append(H)  # c_{t-1}
   if norm != 'none':
     sizes += [1, 1]  # mean and 1/sigma of c_t
@@ -711,7 +712,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
     act_Bx4H = _gates(a_Bx4H + xz_Bx4H + b_4H[None])
     f, i, o, g = _split(act_Bx4H, [H] * 4)
     c_new = f * c_BxH + i * g
-    saved = [act_Bx4H] + ([ah_Bx4H, ra_Bx1] if norm == 'layer' else [])
+    saved = [ah_Bx4H, ra_Bx1] if norm == 'layer' else [act_Bx4H]
     saved.append(c_BxH)
     if norm == 'none':
       tc_BxH = jnp.tanh(c_new)
@@ -835,9 +836,13 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     """Everything in a step but ``dh_{t-1} = d(h @ w) @ w^T``: returns
     (dc_{t-1}, d(h @ w), outs, sums)."""
     parts = _split(row, sizes)
-    act_Bx4H = parts.pop(0)
     if norm == 'layer':
+      # The forward's expression, so the same gates.
       ah_Bx4H, ra_Bx1 = parts.pop(0), parts.pop(0)
+      act_Bx4H = _gates(ah_Bx4H * g_4H[None] + xw_Bx4H * rx_Bx1 * gx_4H[None]
+                        + b_4H[None])
+    else:
+      act_Bx4H = parts.pop(0)
     c_prev = parts.pop(0)
     f, i, o, g = _split(act_Bx4H, [H] * 4)
     c_new = f * c_prev + i * g

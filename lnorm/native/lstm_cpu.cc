@@ -136,15 +136,17 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
   const float* mt = masked ? m.typed_data() + t * B : nullptr;
-  std::vector<float> cnew(H);
+  std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
   for (int64_t b = 0; b < B; ++b) {
     const float* ar = a.typed_data() + b * 4 * H;
     const float* xr = xw.typed_data() + (t * B + b) * 4 * H;
     const float* cr = c.typed_data() + b * H;
     const float* hr = h.typed_data() + b * H;
     float* row = saved->typed_data() + (t * B + b) * S;
-    float* act = row;
-    float* cp = row + (norm == 1 ? 8 * H + 1 : 4 * H);
+    // 'layer' saves ah and ra, from which the backward recomputes the gates;
+    // the others save the gates.
+    float* act = norm == 1 ? gates.data() : row;
+    float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
     if (norm == 1) {
       const float rxb = rx.typed_data()[t * B + b];
       const float ms = SumOf(4 * H, [&](int64_t j) {
@@ -152,7 +154,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
         return v * v;
       }) / (4 * H);
       const float ra = 1.0f / std::sqrt(ms + eps);
-      float* ahr = row + 4 * H;
+      float* ahr = row;
       ahr[4 * H] = ra;
       // ah into the saved row, and the gates from it, in one pass a gate.
       Gates(act, H, [&](int64_t k, int64_t j) {
@@ -277,16 +279,27 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
   std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
-      dzbuf(norm == 1 ? 4 * H : 0), dxhbuf(norm == 1 ? 4 * H : 0);
+      dzbuf(norm == 1 ? 4 * H : 0), dxhbuf(norm == 1 ? 4 * H : 0),
+      gates(norm == 1 ? 4 * H : 0);
   for (int64_t b = 0; b < B; ++b) {
     const float* row = saved.typed_data() + (t * B + b) * S;
     // 'layer': the input projection's row, which becomes d xw's.
     float* xr = norm == 1 ? dxw_out + b * 4 * H : nullptr;
     const float rxb = norm == 1 ? rx.typed_data()[t * B + b] : 1.0f;
-    const float* act = row;
-    const float* ah = row + 4 * H;  // 'layer' only
+    const float* ah = row;  // 'layer' only
     const float ra = norm == 1 ? ah[4 * H] : 0.0f;
-    const float* cp = row + (norm == 1 ? 8 * H + 1 : 4 * H);
+    const float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
+    const float* act = row;
+    if (norm == 1) {
+      // The forward's expression, so the same gates.
+      Gates(gates.data(), H, [&](int64_t k, int64_t j) {
+        const int64_t off = k * H;
+        return LoadN(ah + off, j, H) * LoadN(p.g4 + off, j, H) +
+               LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
+               LoadN(p.b4 + off, j, H);
+      });
+      act = gates.data();
+    }
     const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
     Map(cnew.data(), H, [&](int64_t j) {
       return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);

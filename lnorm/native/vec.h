@@ -11,10 +11,15 @@
 #include <cstdint>
 #include <cstring>
 
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
 namespace lnorm {
 
 typedef float f8 __attribute__((vector_size(32)));
 typedef int32_t i8 __attribute__((vector_size(32)));
+typedef uint32_t u8 __attribute__((vector_size(32)));
 
 inline f8 Load(const float* p) {
   f8 v;
@@ -32,16 +37,33 @@ inline float Sum(f8 v) {
 
 inline f8 Select(i8 mask, f8 a, f8 b) { return mask ? a : b; }
 
+// a < b ? a : b and a > b ? a : b, lane by lane: b where either is NaN.
+inline f8 Min(f8 a, f8 b) {
+#ifdef __AVX__
+  return _mm256_min_ps(a, b);
+#else
+  return Select(a < b, a, b);
+#endif
+}
+
+inline f8 Max(f8 a, f8 b) {
+#ifdef __AVX__
+  return _mm256_max_ps(a, b);
+#else
+  return Select(a > b, a, b);
+#endif
+}
+
 // exp(x), Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2, a degree-6
 // polynomial for e^r, and 2^n built in the exponent bits. Inputs are clamped
-// to [-87.3, 88], where 2^n stays a normal float.
+// to [-87.3, 88], where 2^n stays a normal float (NaN stays NaN). n is
+// rounded to nearest by adding and subtracting 1.5 * 2^23, which also leaves
+// n in the low bits of the sum: (bits + 127) << 23 is 2^n.
 inline f8 Exp(f8 x) {
-  x = Select(x > 88.0f, Splat(88.0f), x);
-  x = Select(x < -87.3f, Splat(-87.3f), x);
-  const f8 t = x * 1.44269504088896341f;
-  f8 n = __builtin_convertvector(__builtin_convertvector(t, i8), f8);
-  n += __builtin_convertvector(n > t, f8);  // floor: truncation, minus 1 where it rounded up
-  n += __builtin_convertvector(t - n >= 0.5f, f8) * -1.0f;  // to nearest
+  x = Min(Splat(88.0f), x);
+  x = Max(Splat(-87.3f), x);
+  const f8 k = x * 1.44269504088896341f + 12582912.0f;
+  const f8 n = k - 12582912.0f;
   const f8 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
   f8 p = 1.9875691500e-4f * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -49,7 +71,9 @@ inline f8 Exp(f8 x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const i8 bits = (__builtin_convertvector(n, i8) + 127) << 23;
+  u8 bits;  // unsigned: the shift wraps
+  std::memcpy(&bits, &k, sizeof bits);
+  bits = (bits + 127) << 23;
   f8 scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
