@@ -11,9 +11,13 @@
 // not use arrive as ones (gains) and zeros (biases); inputs it does not read
 // (the mask with masked = 0; rx but for 'layer') arrive as any buffer.
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -92,6 +96,43 @@ inline float SumOf(int64_t n, const Fn& fn) {
   return lnorm::Sum(s);
 }
 
+// Below this many elements per step (B * H) the rows run on the calling
+// thread: a step's work must outweigh waking a worker (microseconds).
+constexpr int64_t kMinParallelWork = 1024;
+
+// fn(b0, b1, slot) over the rows [0, B) in contiguous chunks, one per
+// thread of XLA's intra-op pool (at most B), which the calling thread and
+// the pool's workers claim in turn; slot is the chunk's index, so each chunk
+// can pool sums into a row of its own. The pool may run tasks late or on
+// this thread: the caller waits only for chunks a worker has claimed, and a
+// task that starts after every chunk is claimed touches nothing but the
+// shared counters.
+template <typename Fn>
+void ForRows(ffi::ThreadPool& pool, int64_t B, int64_t H, const Fn& fn) {
+  const int64_t n = B * H < kMinParallelWork
+                        ? 1
+                        : std::min<int64_t>(B, pool.num_threads());
+  if (n <= 1) {
+    fn(0, B, 0);
+    return;
+  }
+  struct Counters {
+    std::atomic<int64_t> next{0}, done{0};
+  };
+  auto counters = std::make_shared<Counters>();
+  auto run = [counters, n, B, &fn] {
+    for (int64_t k; (k = counters->next.fetch_add(1)) < n;) {
+      fn(k * B / n, (k + 1) * B / n, k);
+      counters->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  for (int64_t i = 1; i < n; ++i) pool.Schedule(decltype(run)(run));
+  run();
+  while (counters->done.load(std::memory_order_acquire) < n) {
+    std::this_thread::yield();
+  }
+}
+
 struct Params {
   const float *gx, *b4, *g4, *gH, *bH;
 };
@@ -121,7 +162,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
                    ffi::ResultBuffer<ffi::F32> c_out,
                    ffi::ResultBuffer<ffi::F32> h_out,
                    ffi::ResultBuffer<ffi::F32> y_out,
-                   ffi::ResultBuffer<ffi::F32> saved) {
+                   ffi::ResultBuffer<ffi::F32> saved, ffi::ThreadPool pool) {
   const int64_t H = gH.element_count(), B = H > 0 ? c.element_count() / H : 0;
   if (B * H == 0) return ffi::Error::Success();  // an empty batch
   const int64_t T = y_out->element_count() / (B * H);
@@ -136,8 +177,9 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
   const float* mt = masked ? m.typed_data() + t * B : nullptr;
+  ForRows(pool, B, H, [&](int64_t b0, int64_t b1, int64_t) {
   std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = b0; b < b1; ++b) {
     const float* ar = a.typed_data() + b * 4 * H;
     const float* xr = xw.typed_data() + (t * B + b) * 4 * H;
     const float* cr = c.typed_data() + b * H;
@@ -214,6 +256,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
       hn[j] = keep ? hn[j] : hr[j];
     }
   }
+  });
   return ffi::Error::Success();
 }
 
@@ -235,7 +278,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::ResultBuffer<ffi::F32> dc_out,
                     ffi::ResultBuffer<ffi::F32> da_t,
                     ffi::ResultBuffer<ffi::F32> da_all,
-                    ffi::RemainingRets rest) {
+                    ffi::RemainingRets rest, ffi::ThreadPool pool) {
   const int64_t H = gH.element_count(), B = H > 0 ? dc.element_count() / H : 0;
   if (B * H == 0) return ffi::Error::Success();  // an empty batch
   const int64_t T = dy.element_count() / (B * H);
@@ -256,9 +299,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     if (!in.has_value() || !out.has_value()) {
       return ffi::Error::InvalidArgument("lnorm lstm step: sums not f32");
     }
-    // Aliased, as the scan asks. The sums are pooled over the batch into
-    // their row 0, which stays in cache from one example to the next; the
-    // scan sums the rows after it.
+    // Aliased, as the scan asks. Each chunk of rows (ForRows) pools its
+    // sums into one row, which stays in cache from one example to the next;
+    // the scan sums the rows after it.
     if (in->typed_data() != (*out)->typed_data()) {
       return ffi::Error::InvalidArgument("lnorm lstm step: sums not aliased");
     }
@@ -278,10 +321,17 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   const float* mt = masked ? m.typed_data() + t * B : nullptr;
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
+  ForRows(pool, B, H, [&](int64_t b0, int64_t b1, int64_t slot) {
   std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
       dzbuf(norm == 1 ? 4 * H : 0), dxhbuf(norm == 1 ? 4 * H : 0),
       gates(norm == 1 ? 4 * H : 0);
-  for (int64_t b = 0; b < B; ++b) {
+  // This chunk's row of each sum: 4H wide (the bias, and for 'layer' the
+  // gains of eq. 20), then H (the c-side gain and bias).
+  std::vector<float*> srow(nsums);
+  for (int64_t k = 0; k < nsums; ++k) {
+    srow[k] = sout[k] + slot * (k < nsums - (norm == 0 ? 0 : 2) ? 4 * H : H);
+  }
+  for (int64_t b = b0; b < b1; ++b) {
     const float* row = saved.typed_data() + (t * B + b) * S;
     // 'layer': the input projection's row, which becomes d xw's.
     float* xr = norm == 1 ? dxw_out + b * 4 * H : nullptr;
@@ -310,7 +360,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     const float* dhr = dh.typed_data() + b * H;
     for (int64_t j = 0; j < H; ++j) dhc[j] = keep ? dhr[j] + dyr[j] : 0.0f;
     const float dc_keep = keep ? 1.0f : 0.0f;
-    float* s_db4 = sout[0];
+    float* s_db4 = srow[0];
     if (norm == 0) {
       Map(tc.data(), H, [&](int64_t j) { return lnorm::Tanh(LoadN(cnew.data(), j, H)); });
       Map(dcnew.data(), H, [&](int64_t j) {
@@ -340,8 +390,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
         return LoadN(dcr, j, H) * dc_keep +
                rc * ((d - m1) - LoadN(ch.data(), j, H) * m2);
       });
-      float* s_gH = sout[nsums - 2];
-      float* s_bH = sout[nsums - 1];
+      float* s_gH = srow[nsums - 2];
+      float* s_bH = srow[nsums - 1];
       Map(s_gH, H, [&](int64_t j) {
         return LoadN(s_gH, j, H) + LoadN(dcn.data(), j, H) * LoadN(ch.data(), j, H);
       });
@@ -371,8 +421,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     // norms' backward needs (padded tails add 0: dz is 0 there).
     f8 mad8{}, mx8{};
     if (norm == 1) {
-      float* s_g4 = sout[1];
-      float* s_gx = sout[2];
+      float* s_g4 = srow[1];
+      float* s_gx = srow[2];
       For8(4 * H, [&](int64_t j, auto full) {
         constexpr bool F = decltype(full)::value;
         const int64_t n = 4 * H;
@@ -401,6 +451,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     float* dco = dc_out->typed_data() + b * H;
     for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
   }
+  });
   std::memcpy(da_t->typed_data(), da_all->typed_data() + t * B * 4 * H,
               B * 4 * H * sizeof(float));
   return ffi::Error::Success();
@@ -434,7 +485,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // c_t
                                   .Ret<ffi::Buffer<ffi::F32>>()   // h_t
                                   .Ret<ffi::Buffer<ffi::F32>>()   // y
-                                  .Ret<ffi::Buffer<ffi::F32>>());  // saved
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // saved
+                                  .Ctx<ffi::ThreadPool>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                               ffi::Ffi::Bind()
@@ -457,7 +509,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dc_{t-1}
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w) at t
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
-                                  .RemainingRets());              // (dxw,) sums
+                                  .RemainingRets()                // (dxw,) sums
+                                  .Ctx<ffi::ThreadPool>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormUninitialized, Uninitialized,
                               ffi::Ffi::Bind().RemainingRets());
