@@ -571,15 +571,18 @@ class Recurrent(nn.Module):
 # * The backward pass is a hand-written scan (``_lstm_scan``) that does per
 #   step only what is sequential; the W_h gradient is one matmul after it,
 #   and the gain and bias gradients are summed in its carry.
-# * Each forward step saves one packed row: the gates, and for 'layer' also
-#   LN(W_h h) before its gain, so the backward recomputes nothing.
+# * Each forward step saves one packed row: the gates, or for 'layer'
+#   LN(W_h h) before its gain, from which (with xw, kept for the x-side
+#   backward anyway) the backward recomputes the gates. Saving both cost
+#   more in page faults on the larger buffers than the recompute costs.
 # * On CPU (float32), each step's elementwise work, everything between the
 #   matmuls with W_h, is one native kernel (``lnorm/native/lstm_cpu.cc``)
 #   instead of the dozen small XLA kernels it compiles to, whose fixed costs
 #   were most of the LN-LSTM's overhead over the plain one. The kernels take
 #   the whole (T, ...) arrays and the step, and write their rows in place:
 #   XLA's scan would copy every step's slices and updates, and zero-fill
-#   its outputs first.
+#   its outputs first. From B * H = 1024 they split the batch's rows among
+#   XLA's intra-op threads, which otherwise wait while a kernel runs.
 
 _NORMS = ('none', 'layer', 'layer_c')
 
@@ -826,8 +829,9 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   # transposed-operand kernel was 1.3-1.7x slower for these shapes.
   wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
   # Sums over time of the bias and gain gradients, carried (per example in
-  # XLA, pooled into row 0 by the kernels; summed over rows at the end): the
-  # same sums taken after the scan over (T, B, 4H) arrays were slower.
+  # XLA; pooled by the kernels into one row per chunk of the batch that a
+  # thread takes), rows summed at the end: the same sums taken after the
+  # scan over (T, B, 4H) arrays were slower.
   sum_sizes = ([4 * H] + ([4 * H] * 2 if norm == 'layer' else [])
                + ([H] * 2 if norm != 'none' else []))
 
