@@ -369,33 +369,35 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                LoadN(dhc.data(), j, H) * LoadN(o, j, H) * (1.0f - t * t);
       });
     } else {
+      // Two passes: the normalized c, its tanh, d(LN(c)) and the means of
+      // d = dcn * gH and ch * d; then dc and the gain and bias sums.
+      // Zero-padded tails of dhc make dcn, hence the padded terms, 0.
       const float mc = cp[H], rc = cp[H + 1];
-      Map(ch.data(), H, [&](int64_t j) { return (LoadN(cnew.data(), j, H) - mc) * rc; });
-      Map(tc.data(), H, [&](int64_t j) {
-        return lnorm::Tanh(LoadN(ch.data(), j, H) * LoadN(p.gH, j, H) + LoadN(p.bH, j, H));
+      f8 m1v{}, m2v{};
+      For8(H, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        const f8 chv = (Ld<F>(cnew.data(), j, H) - mc) * rc;
+        const f8 tv = lnorm::Tanh(chv * Ld<F>(p.gH, j, H) + Ld<F>(p.bH, j, H));
+        const f8 dcnv = Ld<F>(dhc.data(), j, H) * Ld<F>(o, j, H) * (1.0f - tv * tv);
+        const f8 d = dcnv * Ld<F>(p.gH, j, H);
+        St<F>(ch.data(), j, H, chv);
+        St<F>(tc.data(), j, H, tv);
+        St<F>(dcn.data(), j, H, dcnv);
+        m1v += d;
+        m2v += chv * d;
       });
-      Map(dcn.data(), H, [&](int64_t j) {
-        const f8 t = LoadN(tc.data(), j, H);
-        return LoadN(dhc.data(), j, H) * LoadN(o, j, H) * (1.0f - t * t);
-      });
-      // d = dcn * gH; zero-padded tails of dcn make the padded terms 0.
-      const float m1 = SumOf(H, [&](int64_t j) {
-        return LoadN(dcn.data(), j, H) * LoadN(p.gH, j, H);
-      }) / H;
-      const float m2 = SumOf(H, [&](int64_t j) {
-        return LoadN(ch.data(), j, H) * LoadN(dcn.data(), j, H) * LoadN(p.gH, j, H);
-      }) / H;
-      Map(dcnew.data(), H, [&](int64_t j) {
-        const f8 d = LoadN(dcn.data(), j, H) * LoadN(p.gH, j, H);
-        return LoadN(dcr, j, H) * dc_keep +
-               rc * ((d - m1) - LoadN(ch.data(), j, H) * m2);
-      });
+      const float m1 = lnorm::Sum(m1v) / H, m2 = lnorm::Sum(m2v) / H;
       float* s_gH = srow[nsums - 2];
       float* s_bH = srow[nsums - 1];
-      Map(s_gH, H, [&](int64_t j) {
-        return LoadN(s_gH, j, H) + LoadN(dcn.data(), j, H) * LoadN(ch.data(), j, H);
+      For8(H, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        const f8 dcnv = Ld<F>(dcn.data(), j, H), chv = Ld<F>(ch.data(), j, H);
+        const f8 d = dcnv * Ld<F>(p.gH, j, H);
+        St<F>(dcnew.data(), j, H,
+              Ld<F>(dcr, j, H) * dc_keep + rc * ((d - m1) - chv * m2));
+        St<F>(s_gH, j, H, Ld<F>(s_gH, j, H) + dcnv * chv);
+        St<F>(s_bH, j, H, Ld<F>(s_bH, j, H) + dcnv);
       });
-      Map(s_bH, H, [&](int64_t j) { return LoadN(s_bH, j, H) + LoadN(dcn.data(), j, H); });
     }
     // d(pre-activations) dz, and the bias sum. Without 'layer' dz is the
     // output d(h @ w); with it, dz goes to a scratch row for the next pass.
@@ -450,10 +452,10 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     }
     float* dco = dc_out->typed_data() + b * H;
     for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
+    // The step's own copy of its rows, for the matmul, while they are hot.
+    std::memcpy(da_t->typed_data() + b * 4 * H, da, 4 * H * sizeof(float));
   }
   });
-  std::memcpy(da_t->typed_data(), da_all->typed_data() + t * B * 4 * H,
-              B * 4 * H * sizeof(float));
   return ffi::Error::Success();
 }
 
