@@ -178,84 +178,85 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
                  gH.typed_data(), bH.typed_data()};
   const float* mt = masked ? m.typed_data() + t * B : nullptr;
   ForRows(pool, B, H, [&](int64_t b0, int64_t b1, int64_t) {
-  std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
-  for (int64_t b = b0; b < b1; ++b) {
-    const float* ar = a.typed_data() + b * 4 * H;
-    const float* xr = xw.typed_data() + (t * B + b) * 4 * H;
-    const float* cr = c.typed_data() + b * H;
-    const float* hr = h.typed_data() + b * H;
-    float* row = saved->typed_data() + (t * B + b) * S;
-    // 'layer' saves ah and ra, from which the backward recomputes the gates;
-    // the others save the gates.
-    float* act = norm == 1 ? gates.data() : row;
-    float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
-    if (norm == 1) {
-      const float rxb = rx.typed_data()[t * B + b];
-      const float ms = SumOf(4 * H, [&](int64_t j) {
-        const f8 v = LoadN(ar, j, 4 * H);
-        return v * v;
-      }) / (4 * H);
-      const float ra = 1.0f / std::sqrt(ms + eps);
-      float* ahr = row;
-      ahr[4 * H] = ra;
-      // ah into the saved row, and the gates from it, in one pass a gate.
-      Gates(act, H, [&](int64_t k, int64_t j) {
-        const int64_t off = k * H;
-        const f8 ah = LoadN(ar + off, j, H) * ra;
-        StoreN(ahr + off, j, H, ah);
-        return ah * LoadN(p.g4 + off, j, H) +
-               LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
-               LoadN(p.b4 + off, j, H);
+    std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* ar = a.typed_data() + b * 4 * H;
+      const float* xr = xw.typed_data() + (t * B + b) * 4 * H;
+      const float* cr = c.typed_data() + b * H;
+      const float* hr = h.typed_data() + b * H;
+      float* row = saved->typed_data() + (t * B + b) * S;
+      // 'layer' saves ah and ra, from which the backward recomputes the gates;
+      // the others save the gates.
+      float* act = norm == 1 ? gates.data() : row;
+      float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
+      if (norm == 1) {
+        const float rxb = rx.typed_data()[t * B + b];
+        const float ms = SumOf(4 * H, [&](int64_t j) {
+          const f8 v = LoadN(ar, j, 4 * H);
+          return v * v;
+        }) / (4 * H);
+        const float ra = 1.0f / std::sqrt(ms + eps);
+        float* ahr = row;
+        ahr[4 * H] = ra;
+        // ah into the saved row, and the gates from it, in one pass a gate.
+        Gates(act, H, [&](int64_t k, int64_t j) {
+          const int64_t off = k * H;
+          const f8 ah = LoadN(ar + off, j, H) * ra;
+          StoreN(ahr + off, j, H, ah);
+          return ah * LoadN(p.g4 + off, j, H) +
+                 LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
+                 LoadN(p.b4 + off, j, H);
+        });
+      } else {
+        Gates(act, H, [&](int64_t k, int64_t j) {
+          const int64_t o = k * H;
+          return LoadN(ar + o, j, H) + LoadN(xr + o, j, H) * LoadN(p.gx + o, j, H) +
+                 LoadN(p.b4 + o, j, H);
+        });
+      }
+      const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
+      Map(cnew.data(), H, [&](int64_t j) {
+        return LoadN(f, j, H) * LoadN(cr, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
       });
-    } else {
-      Gates(act, H, [&](int64_t k, int64_t j) {
-        const int64_t o = k * H;
-        return LoadN(ar + o, j, H) + LoadN(xr + o, j, H) * LoadN(p.gx + o, j, H) +
-               LoadN(p.b4 + o, j, H);
-      });
+      for (int64_t j = 0; j < H; ++j) cp[j] = cr[j];
+      float* hn = h_out->typed_data() + b * H;
+      if (norm == 0) {
+        Map(hn, H, [&](int64_t j) {
+          return LoadN(o, j, H) * lnorm::Tanh(LoadN(cnew.data(), j, H));
+        });
+      } else {
+        const float mc =
+            SumOf(H, [&](int64_t j) { return LoadN(cnew.data(), j, H); }) / H;
+        // Zero-padded tails would add (0 - mc)^2 per pad: mask them out.
+        const float vc = SumOf(H, [&](int64_t j) {
+          f8 d = LoadN(cnew.data(), j, H) - mc;
+          if (j + 8 > H) {
+            for (int64_t k = H - j; k < 8; ++k) d[k] = 0;
+          }
+          return d * d;
+        }) / H;
+        const float rc = 1.0f / std::sqrt(vc + eps);
+        cp[H] = mc;
+        cp[H + 1] = rc;
+        Map(hn, H, [&](int64_t j) {
+          const f8 ch = (LoadN(cnew.data(), j, H) - mc) * rc;
+          return LoadN(o, j, H) *
+                 lnorm::Tanh(ch * LoadN(p.gH, j, H) + LoadN(p.bH, j, H));
+        });
+      }
+      float* cn = c_out->typed_data() + b * H;
+      float* yr = y_out->typed_data() + (t * B + b) * H;
+      const bool keep = !masked || mt[b] != 0;
+      if (masked) {
+        float* hp = cp + H + (norm == 0 ? 0 : 2);
+        for (int64_t j = 0; j < H; ++j) hp[j] = hr[j];
+      }
+      for (int64_t j = 0; j < H; ++j) {
+        yr[j] = keep ? hn[j] : 0.0f;
+        cn[j] = keep ? cnew[j] : cr[j];
+        hn[j] = keep ? hn[j] : hr[j];
+      }
     }
-    const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
-    Map(cnew.data(), H, [&](int64_t j) {
-      return LoadN(f, j, H) * LoadN(cr, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
-    });
-    for (int64_t j = 0; j < H; ++j) cp[j] = cr[j];
-    float* hn = h_out->typed_data() + b * H;
-    if (norm == 0) {
-      Map(hn, H, [&](int64_t j) {
-        return LoadN(o, j, H) * lnorm::Tanh(LoadN(cnew.data(), j, H));
-      });
-    } else {
-      const float mc = SumOf(H, [&](int64_t j) { return LoadN(cnew.data(), j, H); }) / H;
-      // Zero-padded tails would add (0 - mc)^2 per pad: mask them out.
-      const float vc = SumOf(H, [&](int64_t j) {
-        f8 d = LoadN(cnew.data(), j, H) - mc;
-        if (j + 8 > H) {
-          for (int64_t k = H - j; k < 8; ++k) d[k] = 0;
-        }
-        return d * d;
-      }) / H;
-      const float rc = 1.0f / std::sqrt(vc + eps);
-      cp[H] = mc;
-      cp[H + 1] = rc;
-      Map(hn, H, [&](int64_t j) {
-        const f8 ch = (LoadN(cnew.data(), j, H) - mc) * rc;
-        return LoadN(o, j, H) *
-               lnorm::Tanh(ch * LoadN(p.gH, j, H) + LoadN(p.bH, j, H));
-      });
-    }
-    float* cn = c_out->typed_data() + b * H;
-    float* yr = y_out->typed_data() + (t * B + b) * H;
-    const bool keep = !masked || mt[b] != 0;
-    if (masked) {
-      float* hp = cp + H + (norm == 0 ? 0 : 2);
-      for (int64_t j = 0; j < H; ++j) hp[j] = hr[j];
-    }
-    for (int64_t j = 0; j < H; ++j) {
-      yr[j] = keep ? hn[j] : 0.0f;
-      cn[j] = keep ? cnew[j] : cr[j];
-      hn[j] = keep ? hn[j] : hr[j];
-    }
-  }
   });
   return ffi::Error::Success();
 }
@@ -322,139 +323,140 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                  gH.typed_data(), bH.typed_data()};
   ForRows(pool, B, H, [&](int64_t b0, int64_t b1, int64_t slot) {
-  std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
-      dzbuf(norm == 1 ? 4 * H : 0), dxhbuf(norm == 1 ? 4 * H : 0),
-      gates(norm == 1 ? 4 * H : 0);
-  // This chunk's row of each sum: 4H wide (the bias, and for 'layer' the
-  // gains of eq. 20), then H (the c-side gain and bias).
-  std::vector<float*> srow(nsums);
-  for (int64_t k = 0; k < nsums; ++k) {
-    srow[k] = sout[k] + slot * (k < nsums - (norm == 0 ? 0 : 2) ? 4 * H : H);
-  }
-  for (int64_t b = b0; b < b1; ++b) {
-    const float* row = saved.typed_data() + (t * B + b) * S;
-    // 'layer': the input projection's row, which becomes d xw's.
-    float* xr = norm == 1 ? dxw_out + b * 4 * H : nullptr;
-    const float rxb = norm == 1 ? rx.typed_data()[t * B + b] : 1.0f;
-    const float* ah = row;  // 'layer' only
-    const float ra = norm == 1 ? ah[4 * H] : 0.0f;
-    const float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
-    const float* act = row;
-    if (norm == 1) {
-      // The forward's expression, so the same gates.
-      Gates(gates.data(), H, [&](int64_t k, int64_t j) {
-        const int64_t off = k * H;
-        return LoadN(ah + off, j, H) * LoadN(p.g4 + off, j, H) +
-               LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
-               LoadN(p.b4 + off, j, H);
-      });
-      act = gates.data();
+    std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
+        dzbuf(norm == 1 ? 4 * H : 0), dxhbuf(norm == 1 ? 4 * H : 0),
+        gates(norm == 1 ? 4 * H : 0);
+    // This chunk's row of each sum: 4H wide (the bias, and for 'layer' the
+    // gains of eq. 20), then H (the c-side gain and bias).
+    std::vector<float*> srow(nsums);
+    for (int64_t k = 0; k < nsums; ++k) {
+      srow[k] = sout[k] + slot * (k < nsums - (norm == 0 ? 0 : 2) ? 4 * H : H);
     }
-    const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
-    Map(cnew.data(), H, [&](int64_t j) {
-      return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
-    });
-    const bool keep = !masked || mt[b] != 0;
-    const float* dyr = dy.typed_data() + (t * B + b) * H;
-    const float* dcr = dc.typed_data() + b * H;
-    const float* dhr = dh.typed_data() + b * H;
-    for (int64_t j = 0; j < H; ++j) dhc[j] = keep ? dhr[j] + dyr[j] : 0.0f;
-    const float dc_keep = keep ? 1.0f : 0.0f;
-    float* s_db4 = srow[0];
-    if (norm == 0) {
-      Map(tc.data(), H, [&](int64_t j) { return lnorm::Tanh(LoadN(cnew.data(), j, H)); });
-      Map(dcnew.data(), H, [&](int64_t j) {
-        const f8 t = LoadN(tc.data(), j, H);
-        return LoadN(dcr, j, H) * dc_keep +
-               LoadN(dhc.data(), j, H) * LoadN(o, j, H) * (1.0f - t * t);
-      });
-    } else {
-      // Two passes: the normalized c, its tanh, d(LN(c)) and the means of
-      // d = dcn * gH and ch * d; then dc and the gain and bias sums.
-      // Zero-padded tails of dhc make dcn, hence the padded terms, 0.
-      const float mc = cp[H], rc = cp[H + 1];
-      f8 m1v{}, m2v{};
-      For8(H, [&](int64_t j, auto full) {
-        constexpr bool F = decltype(full)::value;
-        const f8 chv = (Ld<F>(cnew.data(), j, H) - mc) * rc;
-        const f8 tv = lnorm::Tanh(chv * Ld<F>(p.gH, j, H) + Ld<F>(p.bH, j, H));
-        const f8 dcnv = Ld<F>(dhc.data(), j, H) * Ld<F>(o, j, H) * (1.0f - tv * tv);
-        const f8 d = dcnv * Ld<F>(p.gH, j, H);
-        St<F>(ch.data(), j, H, chv);
-        St<F>(tc.data(), j, H, tv);
-        St<F>(dcn.data(), j, H, dcnv);
-        m1v += d;
-        m2v += chv * d;
-      });
-      const float m1 = lnorm::Sum(m1v) / H, m2 = lnorm::Sum(m2v) / H;
-      float* s_gH = srow[nsums - 2];
-      float* s_bH = srow[nsums - 1];
-      For8(H, [&](int64_t j, auto full) {
-        constexpr bool F = decltype(full)::value;
-        const f8 dcnv = Ld<F>(dcn.data(), j, H), chv = Ld<F>(ch.data(), j, H);
-        const f8 d = dcnv * Ld<F>(p.gH, j, H);
-        St<F>(dcnew.data(), j, H,
-              Ld<F>(dcr, j, H) * dc_keep + rc * ((d - m1) - chv * m2));
-        St<F>(s_gH, j, H, Ld<F>(s_gH, j, H) + dcnv * chv);
-        St<F>(s_bH, j, H, Ld<F>(s_bH, j, H) + dcnv);
-      });
-    }
-    // d(pre-activations) dz, and the bias sum. Without 'layer' dz is the
-    // output d(h @ w); with it, dz goes to a scratch row for the next pass.
-    float* da = da_all->typed_data() + (t * B + b) * 4 * H;
-    float* dz = norm == 1 ? dzbuf.data() : da;
-    For8(H, [&](int64_t j, auto full) {
-      constexpr bool F = decltype(full)::value;
-      const f8 fv = Ld<F>(f, j, H), iv = Ld<F>(i, j, H), ov = Ld<F>(o, j, H),
-               gv = Ld<F>(g, j, H), dcv = Ld<F>(dcnew.data(), j, H);
-      const f8 dzk[4] = {
-          dcv * Ld<F>(cp, j, H) * fv * (1.0f - fv),
-          dcv * gv * iv * (1.0f - iv),
-          Ld<F>(dhc.data(), j, H) * Ld<F>(tc.data(), j, H) * ov * (1.0f - ov),
-          dcv * iv * (1.0f - gv * gv)};
-      for (int64_t k = 0; k < 4; ++k) {
-        St<F>(dz + k * H, j, H, dzk[k]);
-        St<F>(s_db4 + k * H, j, H, Ld<F>(s_db4 + k * H, j, H) + dzk[k]);
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* row = saved.typed_data() + (t * B + b) * S;
+      // 'layer': the input projection's row, which becomes d xw's.
+      float* xr = norm == 1 ? dxw_out + b * 4 * H : nullptr;
+      const float rxb = norm == 1 ? rx.typed_data()[t * B + b] : 1.0f;
+      const float* ah = row;  // 'layer' only
+      const float ra = norm == 1 ? ah[4 * H] : 0.0f;
+      const float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
+      const float* act = row;
+      if (norm == 1) {
+        // The forward's expression, so the same gates.
+        Gates(gates.data(), H, [&](int64_t k, int64_t j) {
+          const int64_t off = k * H;
+          return LoadN(ah + off, j, H) * LoadN(p.g4 + off, j, H) +
+                 LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
+                 LoadN(p.b4 + off, j, H);
+        });
+        act = gates.data();
       }
-    });
-    float* dxh = dxhbuf.data();
-    // 'layer': the gain sums, d xh = dz gx into d xw's row and dz g4 into
-    // d(h @ w)'s, and the sums of ah dz g4 and of xw dz gx that the two
-    // norms' backward needs (padded tails add 0: dz is 0 there).
-    f8 mad8{}, mx8{};
-    if (norm == 1) {
-      float* s_g4 = srow[1];
-      float* s_gx = srow[2];
-      For8(4 * H, [&](int64_t j, auto full) {
-        constexpr bool F = decltype(full)::value;
-        const int64_t n = 4 * H;
-        const f8 dzv = Ld<F>(dz, j, n), ahv = Ld<F>(ah, j, n),
-                 xwv = Ld<F>(xr, j, n);
-        const f8 d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
-        St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
-        St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
-        St<F>(da, j, n, d);
-        St<F>(dxh, j, n, dxhv);
-        mad8 += ahv * d;
-        mx8 += dxhv * xwv;
+      const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
+      Map(cnew.data(), H, [&](int64_t j) {
+        return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
       });
-    }
-    if (norm == 1) {
-      // The two layer norms' backward: da from dz g4 and ah; d xw from
-      // d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
-      const float mad = lnorm::Sum(mad8) / (4 * H);
-      const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
-      For8(4 * H, [&](int64_t j, auto full) {
+      const bool keep = !masked || mt[b] != 0;
+      const float* dyr = dy.typed_data() + (t * B + b) * H;
+      const float* dcr = dc.typed_data() + b * H;
+      const float* dhr = dh.typed_data() + b * H;
+      for (int64_t j = 0; j < H; ++j) dhc[j] = keep ? dhr[j] + dyr[j] : 0.0f;
+      const float dc_keep = keep ? 1.0f : 0.0f;
+      float* s_db4 = srow[0];
+      if (norm == 0) {
+        Map(tc.data(), H,
+            [&](int64_t j) { return lnorm::Tanh(LoadN(cnew.data(), j, H)); });
+        Map(dcnew.data(), H, [&](int64_t j) {
+          const f8 t = LoadN(tc.data(), j, H);
+          return LoadN(dcr, j, H) * dc_keep +
+                 LoadN(dhc.data(), j, H) * LoadN(o, j, H) * (1.0f - t * t);
+        });
+      } else {
+        // Two passes: the normalized c, its tanh, d(LN(c)) and the means of
+        // d = dcn * gH and ch * d; then dc and the gain and bias sums.
+        // Zero-padded tails of dhc make dcn, hence the padded terms, 0.
+        const float mc = cp[H], rc = cp[H + 1];
+        f8 m1v{}, m2v{};
+        For8(H, [&](int64_t j, auto full) {
+          constexpr bool F = decltype(full)::value;
+          const f8 chv = (Ld<F>(cnew.data(), j, H) - mc) * rc;
+          const f8 tv = lnorm::Tanh(chv * Ld<F>(p.gH, j, H) + Ld<F>(p.bH, j, H));
+          const f8 dcnv = Ld<F>(dhc.data(), j, H) * Ld<F>(o, j, H) * (1.0f - tv * tv);
+          const f8 d = dcnv * Ld<F>(p.gH, j, H);
+          St<F>(ch.data(), j, H, chv);
+          St<F>(tc.data(), j, H, tv);
+          St<F>(dcn.data(), j, H, dcnv);
+          m1v += d;
+          m2v += chv * d;
+        });
+        const float m1 = lnorm::Sum(m1v) / H, m2 = lnorm::Sum(m2v) / H;
+        float* s_gH = srow[nsums - 2];
+        float* s_bH = srow[nsums - 1];
+        For8(H, [&](int64_t j, auto full) {
+          constexpr bool F = decltype(full)::value;
+          const f8 dcnv = Ld<F>(dcn.data(), j, H), chv = Ld<F>(ch.data(), j, H);
+          const f8 d = dcnv * Ld<F>(p.gH, j, H);
+          St<F>(dcnew.data(), j, H,
+                Ld<F>(dcr, j, H) * dc_keep + rc * ((d - m1) - chv * m2));
+          St<F>(s_gH, j, H, Ld<F>(s_gH, j, H) + dcnv * chv);
+          St<F>(s_bH, j, H, Ld<F>(s_bH, j, H) + dcnv);
+        });
+      }
+      // d(pre-activations) dz, and the bias sum. Without 'layer' dz is the
+      // output d(h @ w); with it, dz goes to a scratch row for the next pass.
+      float* da = da_all->typed_data() + (t * B + b) * 4 * H;
+      float* dz = norm == 1 ? dzbuf.data() : da;
+      For8(H, [&](int64_t j, auto full) {
         constexpr bool F = decltype(full)::value;
-        St<F>(da, j, 4 * H, ra * (Ld<F>(da, j, 4 * H) - Ld<F>(ah, j, 4 * H) * mad));
-        St<F>(xr, j, 4 * H, rxb * (Ld<F>(dxh, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
+        const f8 fv = Ld<F>(f, j, H), iv = Ld<F>(i, j, H), ov = Ld<F>(o, j, H),
+                 gv = Ld<F>(g, j, H), dcv = Ld<F>(dcnew.data(), j, H);
+        const f8 dzk[4] = {
+            dcv * Ld<F>(cp, j, H) * fv * (1.0f - fv),
+            dcv * gv * iv * (1.0f - iv),
+            Ld<F>(dhc.data(), j, H) * Ld<F>(tc.data(), j, H) * ov * (1.0f - ov),
+            dcv * iv * (1.0f - gv * gv)};
+        for (int64_t k = 0; k < 4; ++k) {
+          St<F>(dz + k * H, j, H, dzk[k]);
+          St<F>(s_db4 + k * H, j, H, Ld<F>(s_db4 + k * H, j, H) + dzk[k]);
+        }
       });
+      float* dxh = dxhbuf.data();
+      // 'layer': the gain sums, d xh = dz gx into d xw's row and dz g4 into
+      // d(h @ w)'s, and the sums of ah dz g4 and of xw dz gx that the two
+      // norms' backward needs (padded tails add 0: dz is 0 there).
+      f8 mad8{}, mx8{};
+      if (norm == 1) {
+        float* s_g4 = srow[1];
+        float* s_gx = srow[2];
+        For8(4 * H, [&](int64_t j, auto full) {
+          constexpr bool F = decltype(full)::value;
+          const int64_t n = 4 * H;
+          const f8 dzv = Ld<F>(dz, j, n), ahv = Ld<F>(ah, j, n),
+                   xwv = Ld<F>(xr, j, n);
+          const f8 d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
+          St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
+          St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
+          St<F>(da, j, n, d);
+          St<F>(dxh, j, n, dxhv);
+          mad8 += ahv * d;
+          mx8 += dxhv * xwv;
+        });
+      }
+      if (norm == 1) {
+        // The two layer norms' backward: da from dz g4 and ah; d xw from
+        // d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
+        const float mad = lnorm::Sum(mad8) / (4 * H);
+        const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
+        For8(4 * H, [&](int64_t j, auto full) {
+          constexpr bool F = decltype(full)::value;
+          St<F>(da, j, 4 * H, ra * (Ld<F>(da, j, 4 * H) - Ld<F>(ah, j, 4 * H) * mad));
+          St<F>(xr, j, 4 * H, rxb * (Ld<F>(dxh, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
+        });
+      }
+      float* dco = dc_out->typed_data() + b * H;
+      for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
+      // The step's own copy of its rows, for the matmul, while they are hot.
+      std::memcpy(da_t->typed_data() + b * 4 * H, da, 4 * H * sizeof(float));
     }
-    float* dco = dc_out->typed_data() + b * H;
-    for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
-    // The step's own copy of its rows, for the matmul, while they are hot.
-    std::memcpy(da_t->typed_data() + b * 4 * H, da, 4 * H * sizeof(float));
-  }
   });
   return ffi::Error::Success();
 }
