@@ -612,6 +612,15 @@ def _gates(z_Bx4H: Array) -> Array:
                           jnp.tanh(z_Bx4H[:, 3 * H:])], -1)
 
 
+def _layer_z(ah_Bx4H: Array, xw_Bx4H: Array, rx_Bx1: Array, gx_4H: Array,
+             g_4H: Array, b_4H: Array) -> Array:
+  """'layer''s gate pre-activations (eq. 20) from LN(W_h h) before its gain
+  and the input projection's row with its 1/sigma. The forward and the
+  backward's recompute both use it, so they get the same gates."""
+  return (ah_Bx4H * g_4H[None] + xw_Bx4H * rx_Bx1 * gx_4H[None]
+          + b_4H[None])
+
+
 def _split(x: Array, sizes: list[int]) -> list[Array]:
   out, k = [], 0
   for n in sizes:
@@ -706,13 +715,13 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
   def pointwise(a_Bx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H,
                 g_4H, g_H, b_H):
     """Everything in a step after ``a = h @ w``."""
-    xz_Bx4H = xw_Bx4H if rx_Bx1 is None else xw_Bx4H * rx_Bx1
-    xz_Bx4H = xz_Bx4H if gx_4H is None else xz_Bx4H * gx_4H[None]
     if norm == 'layer':
       ra_Bx1 = _rsqrt_mean_square(a_Bx4H, eps)
       ah_Bx4H = a_Bx4H * ra_Bx1
-      a_Bx4H = ah_Bx4H * g_4H[None]
-    act_Bx4H = _gates(a_Bx4H + xz_Bx4H + b_4H[None])
+      z_Bx4H = _layer_z(ah_Bx4H, xw_Bx4H, rx_Bx1, gx_4H, g_4H, b_4H)
+    else:  # no x-side norm nor gains
+      z_Bx4H = a_Bx4H + xw_Bx4H + b_4H[None]
+    act_Bx4H = _gates(z_Bx4H)
     f, i, o, g = _split(act_Bx4H, [H] * 4)
     c_new = f * c_BxH + i * g
     saved = [ah_Bx4H, ra_Bx1] if norm == 'layer' else [act_Bx4H]
@@ -841,10 +850,8 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     (dc_{t-1}, d(h @ w), outs, sums)."""
     parts = _split(row, sizes)
     if norm == 'layer':
-      # The forward's expression, so the same gates.
       ah_Bx4H, ra_Bx1 = parts.pop(0), parts.pop(0)
-      act_Bx4H = _gates(ah_Bx4H * g_4H[None] + xw_Bx4H * rx_Bx1 * gx_4H[None]
-                        + b_4H[None])
+      act_Bx4H = _gates(_layer_z(ah_Bx4H, xw_Bx4H, rx_Bx1, gx_4H, g_4H, b_4H))
     else:
       act_Bx4H = parts.pop(0)
     c_prev = parts.pop(0)

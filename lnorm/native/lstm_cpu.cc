@@ -137,6 +137,16 @@ struct Params {
   const float *gx, *b4, *g4, *gH, *bH;
 };
 
+// 'layer''s pre-activation at off + j of a row (eq. 20), from ah = LN(W_h h)
+// before its gain and the input projection's row xr with its 1/sigma rxb.
+// The forward and the backward's recompute both use it: the same gates.
+inline f8 LayerZ(f8 ah, const float* xr, float rxb, const Params& p,
+                 int64_t off, int64_t j, int64_t H) {
+  return ah * LoadN(p.g4 + off, j, H) +
+         LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
+         LoadN(p.b4 + off, j, H);
+}
+
 // The gates from their pre-activations, one pass per gate: act[k H + j] is
 // sigmoid (f, i, o) or tanh (g) of z(k, j), gate k's pre-activation at j < H.
 template <typename Z>
@@ -203,9 +213,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
           const int64_t off = k * H;
           const f8 ah = LoadN(ar + off, j, H) * ra;
           StoreN(ahr + off, j, H, ah);
-          return ah * LoadN(p.g4 + off, j, H) +
-                 LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
-                 LoadN(p.b4 + off, j, H);
+          return LayerZ(ah, xr, rxb, p, off, j, H);
         });
       } else {
         Gates(act, H, [&](int64_t k, int64_t j) {
@@ -342,12 +350,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       const float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
       const float* act = row;
       if (norm == 1) {
-        // The forward's expression, so the same gates.
         Gates(gates.data(), H, [&](int64_t k, int64_t j) {
-          const int64_t off = k * H;
-          return LoadN(ah + off, j, H) * LoadN(p.g4 + off, j, H) +
-                 LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
-                 LoadN(p.b4 + off, j, H);
+          return LayerZ(LoadN(ah + k * H, j, H), xr, rxb, p, k * H, j, H);
         });
         act = gates.data();
       }
