@@ -2,15 +2,15 @@ r"""DRAW on binarized MNIST (paper section 6.4, Figure 4).
 
 DRAW (Gregor et al. 2015) with 2x2 read and 5x5 write attention, encoder and
 decoder LSTMs, a Bernoulli output and the negative variational bound as the
-loss, trained with Adam. ``norm=layer`` is the paper's variant (LN on the cell
-state only, eqs. 29-31); ``norm=none`` is the baseline; ``norm=layer_full``
-(the LN-LSTM of eqs. 20-22) is beyond the paper. Data: Larochelle & Murray's
+loss, trained with Adam. ``norm=layer_c`` is the paper's variant (LN on the cell
+state only, eqs. 29-31); ``norm=none`` is the baseline; ``norm=layer`` (the
+LN-LSTM of eqs. 20-22) is beyond the paper. Data: Larochelle & Murray's
 fixed binarization, 50,000 train / 10,000 valid / 10,000 test. Reported: the
 bound on all 10,000 test images (nats per image, one posterior sample each).
 
 Command (paper setting, one run each):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
-      --config configs/draw.py --workdir runs/draw_ln --config.norm=layer
+      --config configs/draw.py --workdir runs/draw_ln --config.norm=layer_c
   (and --workdir runs/draw_base --config.norm=none)
 All variants and Figure 4: python scripts/reproduce.py fig4 [--preset cpu]
 Presets: ``:paper`` (default; 64 glimpses, 256 units, z 100, batch 128, 200
@@ -39,7 +39,7 @@ import ml_collections
 def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "draw"         # the loop in experiments/draw.py
-  c.norm = "layer"              # none | layer (eqs. 29-31) | layer_full (eqs. 20-22)
+  c.norm = "layer_c"            # none | layer_c (eqs. 29-31, the paper's) | layer (eqs. 20-22)
   c.seed = 0                    # PRNG seed: init, shuffling, noise, samples
   c.batch_size = 128            # the paper's
   c.num_epochs = 200            # the paper's Figure 4 spans 200 epochs

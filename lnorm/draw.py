@@ -16,9 +16,9 @@ The loss is the negative variational bound in nats, per image:
 (DRAW section 3.2): N x N Gaussian filterbanks placed by five numbers
 computed from h^dec.
 
-``norm`` selects the LSTM: ``none`` (``LSTMCell``), ``layer`` (the paper's
+``norm`` selects the LSTM: ``none`` (``LSTMCell``), ``layer_c`` (the paper's
 DRAW variant, LN on c_t only, eqs. 29-31: ``LayerNormCLSTMCell``) or
-``layer_full`` (the LN-LSTM of eqs. 20-22: ``LNLSTMCell``).
+``layer`` (the LN-LSTM of eqs. 20-22: ``LNLSTMCell``).
 
 Choices DRAW's paper leaves open, made here:
 
@@ -49,10 +49,10 @@ import jax
 import jax.numpy as jnp
 from flax.typing import Initializer
 
-from lnorm import recurrent
+from lnorm import norms, recurrent
 
 Array = jax.Array
-NORMS = ("none", "layer", "layer_full")
+NORMS = norms.supported("none", "layer_c", "layer")
 # (canvas c_t of DRAW (8) as logits [B, H*W], encoder (c, h), decoder (c, h)).
 Carry = tuple[Array, tuple[Array, Array], tuple[Array, Array]]
 
@@ -60,11 +60,11 @@ Carry = tuple[Array, tuple[Array, Array], tuple[Array, Array]]
 def make_cell(norm: str, features: int, eps: float = 1e-5) -> nn.RNNCellBase:
   if norm == "none":
     return recurrent.LSTMCell(features)
-  if norm == "layer":
+  if norm == "layer_c":
     return recurrent.LayerNormCLSTMCell(features, eps=eps)
-  if norm == "layer_full":
+  if norm == "layer":
     return recurrent.LNLSTMCell(features, eps=eps)
-  raise ValueError(f"norm={norm!r} is not one of {', '.join(NORMS)}")
+  raise ValueError(norms.message(norm, NORMS))
 
 
 class Attention(NamedTuple):
@@ -154,7 +154,7 @@ class DRAW(nn.Module):
   latent: int = 100
   read_n: int = 2
   write_n: int = 5
-  norm: str = "layer"
+  norm: str = "layer_c"
   image_shape: tuple[int, int] = (28, 28)
   eps: float = 1e-5
   # write_patch and posterior: lecun_normal / 10 (see the module docstring).

@@ -9,13 +9,9 @@ import jax
 import jax.numpy as jnp
 
 from lnorm import normalization as N
+from lnorm import norms
 
-NORMS = ("none", "layer", "batch", "weight", "rms")
-
-
-def check_norm(norm: str, valid: Sequence[str] = NORMS) -> None:
-  if norm not in valid:
-    raise ValueError(f"norm={norm!r} is not one of {', '.join(valid)}")
+NORMS = norms.supported("none", "layer", "batch", "weight", "rms")
 
 
 def _row(v_F: jax.Array, ndim: int) -> jax.Array:
@@ -44,7 +40,7 @@ class _Normalized(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = True) -> jax.Array:
-    check_norm(self.norm)
+    norms.check(self.norm, NORMS)
     F = self.features
     w = self.param("kernel", self.kernel_init, self.kernel_shape(x))
     b_F = self.param("bias", nn.initializers.zeros, (F,))

@@ -40,7 +40,7 @@ from flax.linen.dtypes import promote_dtype
 from flax.typing import Array, Dtype, Initializer, PRNGKey
 import numpy as np
 
-from lnorm import native
+from lnorm import native, norms
 from lnorm.normalization import batch_norm, layer_norm
 
 Carry = Any
@@ -584,7 +584,7 @@ class Recurrent(nn.Module):
 #   its outputs first. From B * H = 1024 they split the batch's rows among
 #   XLA's intra-op threads, which otherwise wait while a kernel runs.
 
-_NORMS = ('none', 'layer', 'layer_c')
+_NORMS = norms.supported('none', 'layer', 'layer_c')
 
 
 def _mean(x: Array) -> Array:
@@ -1046,8 +1046,7 @@ class LSTM(nn.Module):
   @nn.compact
   def __call__(self, x: Array, mask: Array | None = None, *,
                initial_carry: tuple[Array, Array] | None = None):
-    if self.norm not in _NORMS:
-      raise ValueError(f'norm must be one of {_NORMS}, got {self.norm!r}')
+    norms.check(self.norm, _NORMS)
     if x.ndim < 2:
       raise ValueError(f'input of shape {x.shape} has no time axis')
     H, p, pd = self.features, self.param, self.param_dtype

@@ -217,8 +217,8 @@ def convnet(args) -> None:
   print(md)
 
 
-DRAW_NAMES = {"none": "Baseline", "layer": "LN (eqs. 29-31)",
-              "layer_full": "full LN-LSTM (eqs. 20-22)"}
+DRAW_NAMES = {"none": "Baseline", "layer_c": "LN on c_t (eqs. 29-31)",
+              "layer": "full LN-LSTM (eqs. 20-22)"}
 
 
 def fig4(args) -> None:

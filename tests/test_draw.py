@@ -256,7 +256,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tiny, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("norm", "batch", "norm='batch' is not valid; choose one of: none, layer, layer_full"),
+    ("norm", "batch", "norm='batch' is not valid; choose one of: none, layer_c, layer"),
     ("data_source", "idx", "data_source='idx' is not valid; choose one of: amat, tfds"),
     ("num_glimpses", 0, "num_glimpses=0 is not valid"),
 ])
@@ -276,7 +276,7 @@ def test_presets():
   paper = draw_config.get_config()
   assert (paper.num_glimpses, paper.features, paper.latent, paper.batch_size,
           paper.num_epochs, paper.read_n, paper.write_n) == (64, 256, 100, 128, 200, 2, 5)
-  assert paper.norm == "layer" and paper.learning_rate == 1e-3
+  assert paper.norm == "layer_c" and paper.learning_rate == 1e-3
   for preset in ("paper", "cpu", "smoke"):
     draw_exp.validate(draw_config.get_config(preset))
   with pytest.raises(ValueError, match="unknown preset 'gpu'"):
@@ -289,5 +289,5 @@ def test_cli_rejects_unknown_norm(tmp_path):
               env={"LNORM_DATA_DIR": str(tmp_path / "none")})
   assert r.returncode == 2
   assert r.stderr.strip() == ("error: norm='batch' is not valid; choose one of: none, "
-                              "layer, layer_full")
+                              "layer_c, layer")
   assert not wd.exists()

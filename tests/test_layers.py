@@ -73,9 +73,12 @@ def test_mlp_normalizes_output_only_when_asked():
   assert "mean" in bn["batch_stats"]["dense1"]
 
 
-def test_unknown_norm_is_rejected():
-  with pytest.raises(ValueError, match="not one of"):
-    NormDense(3, norm="group").init(jax.random.key(0), jnp.ones((2, 2)))
+@pytest.mark.parametrize("norm", ["group", "layer_c"])
+def test_unknown_norm_is_rejected(norm):
+  # layer_c is a norm of the vocabulary, but of LSTMs only.
+  with pytest.raises(ValueError, match=f"norm='{norm}' is not valid; choose one of: "
+                     "none, layer, batch, weight, rms"):
+    NormDense(3, norm=norm).init(jax.random.key(0), jnp.ones((2, 2)))
 
 
 @pytest.mark.parametrize("norm", NORMS)

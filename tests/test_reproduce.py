@@ -19,11 +19,11 @@ def test_a_failed_run_stops_the_target_and_writes_no_results(tmp_path):
       env={**os.environ, "LNORM_DATA_DIR": str(tmp_path / "empty")})
   assert p.returncode == 1
   assert p.stderr.strip().splitlines()[-1] == (
-      "error: run(s) none, layer failed; rerun the same command to resume")
+      "error: run(s) none, layer_c failed; rerun the same command to resume")
   logs = tmp_path / "runs" / "fig4" / "smoke"
-  for name in ("none", "layer"):
+  for name in ("none", "layer_c"):
     assert "binarized_mnist_train.amat.gz not found" in (logs / f"{name}.log").read_text()
-  assert not (logs / "layer_full.log").exists()
+  assert not (logs / "layer.log").exists()
   assert not (tmp_path / "results").exists()
 
 
