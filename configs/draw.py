@@ -25,9 +25,9 @@ Runtime on the 2-core CPU, idle (a loaded machine is up to ~2x slower):
          (results/fig4_cpu/results.md). After 20 epochs: test bound 103.4 nats
          with LN, 107.3 for the baseline.
   smoke: 25-60 s, most of it compiling.
-  These rates predate commit ba7707c, since which the runner keeps the
-  memory it frees. Side by side on a loaded machine, that trained 1.37-1.56x
-  (paper) and 1.27-1.48x (cpu) faster (BENCHMARKS.md, "The allocator").
+  These rates were measured under glibc's default allocator. The runner keeps
+  the memory it frees, which trained 1.37-1.56x (paper) and 1.27-1.48x (cpu)
+  faster side by side, so expect shorter runs (BENCHMARKS.md, "DRAW training").
 Paper's result (Figure 4 and text): test bound 82.09 nats with layer norm and
 82.36 for the baseline after 200 epochs, layer norm converging about twice as
 fast; DRAW's own paper: <= 80.97 nats. See results/ for our runs.
