@@ -1,0 +1,325 @@
+"""A stand-in for the CNN question-answering corpus, built from real text and
+written in DeepMind's ``.question`` format (``lnorm/data/cnn_questions.py``).
+
+Sources: ABC news (``abc.zip``: articles of a headline line and one sentence a
+line, a blank line between articles) and, where the news gives too few
+questions, Children's-Book-Test-style questions from Gutenberg books (one
+sentence a line).
+
+Entities (``find_entities``), per document (an article, or a whole book):
+a token is *capitalised* when its first character is an upper-case letter.
+A capitalised token that follows a word (a token that starts with a letter
+or digit) is entity-capable. One in an *initial* position (first in its
+sentence, or after punctuation such as an opening quote) is entity-capable
+only if the same word occurs capitalised after a word somewhere else in the
+document, so that "The" or "But" starting a sentence are not entities while
+"Canberra" starting one is. An entity is a maximal run of entity-capable
+tokens within a sentence ("Deputy Prime Minister Mark Vaile"), its identity
+its exact token string. Closed-class words (``NEVER_ENTITY``: "I", "The",
+"In", ...) are never part of one.
+Unlike Hermann et al.'s corpus there is no coreference: "John Howard" and
+"Mr Howard" are different entities.
+
+Questions:
+
+* news (``news_questions``): the passage is the article's first
+  ``passage_sentences`` (4) sentences after the headline. Query sentences are
+  the headline and every sentence after the passage. Each entity that occurs
+  exactly once in a query sentence and also in the passage gives one
+  question: that occurrence becomes ``@placeholder`` and the entity is the
+  answer, so the answer is always in the passage.
+* books (``book_questions``): consecutive windows of ``context_sentences``
+  (20) sentences and the next one as the query, as in the Children's Book
+  Test, one window every ``stride`` sentences (default: every sentence is a
+  query once, so contexts overlap). Entities are masked in the query as for
+  news. Windows whose context has more than ``max_context_tokens`` tokens
+  are skipped. Verse (``VERSE``) is left out: its line-initial capitals
+  make most words entities.
+
+Each question's entities (those in its passage or query) are anonymised as
+``@entityN``, N a fresh random permutation for each question as in Hermann
+et al., so that a model cannot learn facts about particular names. Text
+other than entity markers is lower-cased, as in DeepMind's files.
+
+Splits are by document: news articles are shuffled (seeded) and cut into
+training / validation / test fractions; books go whole to one split. A
+question's randomness comes from (seed, document, question) alone, so the
+same inputs and seed give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from lnorm.data import DataError
+from lnorm.data import cnn_questions as cq
+
+ABC_FILES = ("abc/rural.txt", "abc/science.txt")
+VERSE = ("blake-poems.txt", "milton-paradise.txt", "whitman-leaves.txt")
+# Whole books held out; the rest is training.
+VALIDATION_BOOKS = ("chesterton-brown.txt", "shakespeare-macbeth.txt")
+TEST_BOOKS = ("carroll-alice.txt", "bryant-stories.txt")
+# Closed-class words that are capitalised only for their position or in titles.
+NEVER_ENTITY = frozenset(
+    "I A An The This That These Those It Its He She We They You His Her Their Our My "
+    "In On At Of For From By With To As And But Or Nor If So Then When While "
+    "What Why Where Who How Not All No Yes O Oh I'".split())
+# Possessive 's split off, as in DeepMind's tokenisation.
+_POSSESSIVE = re.compile(r"(\w)'s\b")
+_TOKEN = re.compile(r"\$?\d+(?:[.,:]\d+)*%?|\w+(?:[-'.]\w+)*|'s|[^\w\s]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+  name: str  # the .question url: where the text comes from
+  sentences: tuple[tuple[str, ...], ...]  # news: headline first
+
+
+def tokenize(line: str) -> list[str]:
+  return _TOKEN.findall(_POSSESSIVE.sub(r"\1 's", line))
+
+
+def _is_word(tok: str) -> bool:
+  return tok[:1].isalnum() or tok == "'s"
+
+
+def _capitalised(tok: str) -> bool:
+  return tok[:1].isupper() and tok not in NEVER_ENTITY
+
+
+def find_entities(sentences: Sequence[Sequence[str]]) -> list[list[tuple[int, int]]]:
+  """Per sentence, the [start, end) token spans of its entities (module doc)."""
+  free = set()  # words seen capitalised after a word
+  for s in sentences:
+    for i in range(1, len(s)):
+      if _capitalised(s[i]) and _is_word(s[i - 1]):
+        free.add(s[i])
+  spans = []
+  for s in sentences:
+    capable = [_capitalised(t) and ((i > 0 and _is_word(s[i - 1])) or t in free)
+               for i, t in enumerate(s)]
+    out, i = [], 0
+    while i < len(s):
+      if capable[i]:
+        j = i
+        while j < len(s) and capable[j]:
+          j += 1
+        out.append((i, j))
+        i = j
+      else:
+        i += 1
+    spans.append(out)
+  return spans
+
+
+def _decode(raw: bytes) -> str:
+  try:
+    return raw.decode("utf-8")
+  except UnicodeDecodeError:
+    return raw.decode("latin-1")
+
+
+def read_abc(zip_path: str | os.PathLike[str]) -> list[Document]:
+  """The articles of ``abc.zip``, in file order, tokenised."""
+  try:
+    with zipfile.ZipFile(zip_path) as z:
+      texts = [(name, _decode(z.read(name))) for name in ABC_FILES]
+  except (OSError, KeyError, zipfile.BadZipFile) as e:
+    raise DataError(f"{zip_path}: cannot read the ABC news ({str(e).splitlines()[0][:200]}); "
+                    f"expected a zip holding {', '.join(ABC_FILES)}") from e
+  docs = []
+  for name, text in texts:
+    blocks = re.split(r"\n\s*\n", text.replace("\r", ""))
+    k = 0
+    for block in blocks:
+      lines = [l.strip() for l in block.split("\n") if l.strip()]
+      if len(lines) < 2:
+        continue
+      docs.append(Document(f"{name}#{k}", tuple(tuple(tokenize(l)) for l in lines)))
+      k += 1
+  return docs
+
+
+def read_books(directory: str | os.PathLike[str], skip: Sequence[str] = VERSE
+               ) -> list[Document]:
+  """Each ``*.txt`` but ``skip`` (already tokenised, one sentence a line), in
+  name order."""
+  paths = sorted(p for p in Path(directory).glob("*.txt") if p.name not in skip)
+  if not paths:
+    raise DataError(f"{directory}: no .txt books found")
+  docs = []
+  for p in paths:
+    try:
+      lines = _decode(p.read_bytes()).replace("\r", "").split("\n")
+    except OSError as e:
+      raise DataError(f"{p}: cannot read it ({str(e).splitlines()[0][:200]})") from e
+    docs.append(Document(f"gutenberg/{p.name}",
+                         tuple(tuple(l.split()) for l in lines if l.strip())))
+  return docs
+
+
+def _anonymise(passage: Sequence[tuple[str, bool]], query: Sequence[tuple[str, bool]],
+               answer: str, url: str, rng: np.random.Generator) -> cq.Question:
+  """(text, is_entity) tokens -> a Question with entities as @entityN."""
+  order: dict[str, None] = {}
+  for text, is_entity in (*passage, *query):
+    if is_entity:
+      order.setdefault(text)
+  perm = rng.permutation(len(order))
+  ids = {name: f"@entity{perm[k]}" for k, name in enumerate(order)}
+
+  def render(toks):
+    return tuple(ids[t] if e else (t if t == cq.PLACEHOLDER else t.lower()) for t, e in toks)
+
+  entities = sorted(((ids[n], n) for n in order), key=lambda e: int(e[0][7:]))
+  return cq.Question(url, render(passage), render(query), ids[answer], tuple(entities))
+
+
+def _chunks(sentence: Sequence[str], spans: Sequence[tuple[int, int]]
+            ) -> list[tuple[str, bool]]:
+  """A sentence as (text, is_entity) items, each entity one item."""
+  out, i = [], 0
+  for a, b in spans:
+    out += [(t, False) for t in sentence[i:a]]
+    out.append((" ".join(sentence[a:b]), True))
+    i = b
+  return out + [(t, False) for t in sentence[i:]]
+
+
+def _cloze(passage: list[tuple[str, bool]], query_sentences: Iterable[list[tuple[str, bool]]],
+           url: str, rng: np.random.Generator) -> list[cq.Question]:
+  in_passage = {t for t, e in passage if e}
+  out = []
+  for query in query_sentences:
+    names = [t for t, e in query if e]
+    for k, (t, e) in enumerate(query):
+      if e and t in in_passage and names.count(t) == 1:
+        masked = [*query[:k], (cq.PLACEHOLDER, False), *query[k + 1:]]
+        out.append(_anonymise(passage, masked, t, url, rng))
+  return out
+
+
+def _rng(seed: int, doc: int, kind: int) -> np.random.Generator:
+  return np.random.default_rng(np.random.SeedSequence([seed, kind, doc]))
+
+
+def news_questions(doc: Document, doc_index: int, seed: int, passage_sentences: int = 4
+                   ) -> list[cq.Question]:
+  """The cloze questions of one article (module doc)."""
+  spans = find_entities(doc.sentences)
+  items = [_chunks(s, sp) for s, sp in zip(doc.sentences, spans)]
+  body = items[1:]
+  passage = [t for s in body[:passage_sentences] for t in s]
+  queries = [items[0], *body[passage_sentences:]]
+  return _cloze(passage, queries, doc.name, _rng(seed, doc_index, 0))
+
+
+def book_questions(doc: Document, doc_index: int, seed: int, context_sentences: int = 20,
+                   max_context_tokens: int = 0, stride: int = 1) -> list[cq.Question]:
+  """Children's-Book-Test-style questions of one book (module doc)."""
+  spans = find_entities(doc.sentences)
+  items = [_chunks(s, sp) for s, sp in zip(doc.sentences, spans)]
+  rng = _rng(seed, doc_index, 1)
+  out, n = [], context_sentences + 1
+  for start in range(0, len(items) - n + 1, stride):
+    window = doc.sentences[start:start + context_sentences]
+    if max_context_tokens and sum(map(len, window)) > max_context_tokens:
+      continue
+    passage = [t for s in items[start:start + context_sentences] for t in s]
+    out += _cloze(passage, [items[start + context_sentences]],
+                  f"{doc.name}#{start}", rng)
+  return out
+
+
+def split_news(num_docs: int, seed: int, fractions: tuple[float, float] = (0.1, 0.1)
+               ) -> list[str]:
+  """Each article's split: a seeded shuffle, cut by (validation, test) fractions."""
+  order = np.random.default_rng(np.random.SeedSequence([seed, 2])).permutation(num_docs)
+  n_valid, n_test = (int(round(f * num_docs)) for f in fractions)
+  split = ["training"] * num_docs
+  for rank, d in enumerate(order):
+    if rank < n_valid:
+      split[d] = "validation"
+    elif rank < n_valid + n_test:
+      split[d] = "test"
+  return split
+
+
+def split_books(names: Sequence[str], validation: Sequence[str], test: Sequence[str]
+                ) -> list[str]:
+  return ["validation" if n in validation else "test" if n in test else "training"
+          for n in names]
+
+
+def file_name(q: cq.Question, index: int) -> str:
+  """A SHA-1 of the question, as DeepMind's names are; ``index`` keeps
+  repeated sentences apart."""
+  key = f"{index}\n{cq.format_question(q)}".encode()
+  return hashlib.sha1(key).hexdigest() + ".question"
+
+
+def write_splits(out: str | os.PathLike[str], questions: dict[str, list[cq.Question]]
+                 ) -> Path:
+  """Writes ``<out>/cnn/questions/<split>/*.question`` for every split, into a
+  temporary directory first: an existing set is replaced only once the new
+  one is complete."""
+  root = Path(out).expanduser() / "cnn"
+  final = root / "questions"
+  tmp = root / "questions.tmp"
+  if tmp.exists():
+    shutil.rmtree(tmp)
+  for split in cq.SPLITS:
+    d = tmp / split
+    d.mkdir(parents=True)
+    for i, q in enumerate(questions.get(split, [])):
+      cq.write_question(d / file_name(q, i), q)
+  if final.exists():
+    old = root / "questions.old"
+    if old.exists():
+      shutil.rmtree(old)
+    os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old)
+  else:
+    os.replace(tmp, final)
+  return final
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+  documents: dict[str, dict[str, int]]  # source -> split -> documents
+  questions: dict[str, dict[str, int]]  # source -> split -> questions
+
+
+def build(news: Sequence[Document], books: Sequence[Document], seed: int = 0,
+          passage_sentences: int = 4, context_sentences: int = 20,
+          max_context_tokens: int = 0, stride: int = 1,
+          fractions: tuple[float, float] = (0.1, 0.1),
+          validation_books: Sequence[str] = VALIDATION_BOOKS,
+          test_books: Sequence[str] = TEST_BOOKS) -> tuple[dict[str, list[cq.Question]], Counts]:
+  """{split: questions} from the articles and the books, and the counts."""
+  questions: dict[str, list[cq.Question]] = {s: [] for s in cq.SPLITS}
+  docs = {src: {s: 0 for s in cq.SPLITS} for src in ("news", "books")}
+  counts = {src: {s: 0 for s in cq.SPLITS} for src in ("news", "books")}
+  for i, (doc, split) in enumerate(zip(news, split_news(len(news), seed, fractions))):
+    qs = news_questions(doc, i, seed, passage_sentences)
+    questions[split] += qs
+    docs["news"][split] += 1
+    counts["news"][split] += len(qs)
+  names = [d.name.rsplit("/", 1)[-1] for d in books]
+  for i, (doc, split) in enumerate(zip(books, split_books(names, validation_books,
+                                                           test_books))):
+    qs = book_questions(doc, i, seed, context_sentences, max_context_tokens, stride)
+    questions[split] += qs
+    docs["books"][split] += 1
+    counts["books"][split] += len(qs)
+  return questions, Counts(docs, counts)
