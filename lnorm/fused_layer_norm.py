@@ -162,7 +162,8 @@ def _backward_xla(x, gain, dy, *, axes, eps):
   # barrier keeps XLA from merging x_hat too: merged, XLA:CPU writes x_hat
   # (and rstd broadcast to full size) to memory for the backward kernels to
   # read back; apart, they recompute it from x and three per-row scalars.
-  # 4096x1024 float32 forward+backward on CPU: 2-2.6x faster (BENCHMARKS.md).
+  # 4096x1024 float32 forward+backward on CPU: 2-2.6x faster (BENCHMARKS_LOG.md,
+  # layer_norm, note 2).
   x, stats = lax.optimization_barrier((x, _moments(x, axes, eps)))
   x_hat, rstd = _x_hat(x, stats)
   dy = dy.astype(x_hat.dtype)

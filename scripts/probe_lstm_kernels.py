@@ -1,7 +1,8 @@
-"""One-off probe behind BENCHMARKS.md (Recurrent LSTM, items 14 and 15): how many
-kernels XLA compiles into each step of ``lnorm.recurrent.LSTM``'s forward and
-backward scans (fusions, dots, copies, concatenates, ...), from the compiled
-HLO of one training step at the ``short`` shape (T=100, B=8, H=400, I=3).
+"""One-off probe behind BENCHMARKS_LOG.md ("What each change did", items 14 and
+15; BENCHMARKS.md, "Other findings"): how many kernels XLA compiles into each
+step of ``lnorm.recurrent.LSTM``'s forward and backward scans (fusions, dots,
+copies, concatenates, ...), from the compiled HLO of one training step at the
+``short`` shape (T=100, B=8, H=400, I=3).
 
 It also prints the kernels of one row statistic, ``mean(x * x, -1)``, for a
 few shapes: XLA:CPU fuses a reduction with its elementwise producer into one

@@ -1,13 +1,14 @@
-"""One-off probe behind BENCHMARKS.md, "Tried and reverted: ordering the update
-after the backward pass": the Figure 6 epoch scan as committed ('old') against
-the same scan whose parameters are made to depend on every gradient before
-the Adam update ('new'), side by side in this process.
+"""One-off probe behind BENCHMARKS_LOG.md, "Tried and reverted: ordering the
+update after the backward pass" (BENCHMARKS.md, "Other findings"): the Figure
+6 epoch scan as committed ('old') against the same scan whose parameters are
+made to depend on every gradient before the Adam update ('new'), side by side
+in this process.
 
 Usage: python -m scripts.probe_update_order [repeats, default 7]
 
 Prints, per (norm, batch), ms per step of each, new/old, and whether the two
-trained to bit-identical parameters. The 'new' variant was reverted
-(commit e28e378): it removed a per-step weight copy but was slower.
+trained to bit-identical parameters. The 'new' variant was not kept: it
+removed a per-step weight copy but was slower.
 """
 
 from __future__ import annotations
