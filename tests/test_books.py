@@ -1,0 +1,95 @@
+"""Book triples and the vocabulary (lnorm/data/books.py) on tiny files."""
+
+import numpy as np
+import pytest
+
+from lnorm.data import DataError
+from lnorm.data import books
+
+
+def _write(d, name, lines):
+  d.mkdir(parents=True, exist_ok=True)
+  (d / name).write_text("\n".join(lines) + "\n")
+  return d / name
+
+
+def _triples_as_words(t, vocab):
+  return [tuple(vocab.decode(r) for r in rows) for rows in zip(*t.batch(np.arange(len(t))))]
+
+
+def test_triples_stay_within_books(tmp_path):
+  a = _write(tmp_path, "a.txt", ["a1 .", "a2 .", "a3 .", "a4 ."])
+  b = _write(tmp_path, "b.txt", ["b1 .", "b2 .", "b3 ."])
+  c = _write(tmp_path, "c.txt", ["c1 .", "c2 ."])  # too short for a triple
+  docs = books.read_documents([a, b, c])
+  vocab = books.Vocab.build([s for d in docs for s in d.sentences], 50)
+  t = books.triples(docs, vocab, max_len=5)
+  assert _triples_as_words(t, vocab) == [
+      ("a1 .", "a2 .", "a3 ."), ("a2 .", "a3 .", "a4 ."), ("b1 .", "b2 .", "b3 .")]
+  assert t.tokens.shape == (9, 5)
+  # Every triple's three sentences are in one document.
+  m = t.middle
+  assert np.all(t.doc_of[m - 1] == t.doc_of[m]) and np.all(t.doc_of[m + 1] == t.doc_of[m])
+
+
+def test_blank_lines_end_documents(tmp_path):
+  f = _write(tmp_path, "corpus.txt", ["x1", "x2", "x3", "", "", "y1", "y2", "y3", "y4", ""])
+  docs = books.read_documents([f])
+  assert [d.name for d in docs] == ["corpus.txt", "corpus.txt#1"]
+  vocab = books.Vocab.build(["x1 x2 x3 y1 y2 y3 y4"], 20)
+  words = _triples_as_words(books.triples(docs, vocab, 4), vocab)
+  assert words == [("x1", "x2", "x3"), ("y1", "y2", "y3"), ("y2", "y3", "y4")]
+
+
+def test_vocab_order_specials_and_encoding():
+  v = books.Vocab.build(["b a c a", "b a .", "<unk> <eos>"], size=6)
+  # a (3) > b (2) > '.' = c (1, alphabetical); specials are never counted.
+  assert v.words == ("<pad>", "<eos>", "<unk>", "a", "b", ".")
+  assert (v.words[books.PAD], v.words[books.EOS], v.words[books.UNK]) == books.SPECIALS
+  enc = v.encode(["A b c", "a a a a a a", ""], max_len=4)
+  np.testing.assert_array_equal(enc, [[3, 4, books.UNK, books.EOS],
+                                      [3, 3, 3, books.EOS],  # truncated, still ends in EOS
+                                      [books.EOS, books.PAD, books.PAD, books.PAD]])
+  assert enc.dtype == np.int32
+  assert v.decode(enc[0]) == "a b <unk>"
+  with pytest.raises(ValueError):
+    books.Vocab.build(["a"], size=3)
+
+
+def test_tokenize_is_treebank_like_and_idempotent():
+  t = books.tokenize("I don't know, \"he\" said. Emma's (yes)!")
+  assert t == ["i", "do", "n't", "know", ",", '"', "he", '"', "said", ".", "emma", "'s",
+               "(", "yes", ")", "!"]
+  assert books.tokenize(" ".join(t)) == t
+
+
+def test_vocab_from_training_books_only(tmp_path, monkeypatch):
+  d = tmp_path / books.GUTENBERG
+  _write(d, "train1.txt", ["common words here", "common again", "common x"])
+  _write(d, "train2.txt", ["more common text", "and more", "the end"])
+  _write(d, "held.txt", ["heldoutonly word", "heldoutonly", "heldoutonly"])
+  monkeypatch.setenv("LNORM_DATA_DIR", str(tmp_path))
+  c = books.load_gutenberg(None, vocab_size=100, max_len=6, heldout=("held.txt",))
+  assert c.vocab.words[3] == "common"
+  assert "heldoutonly" not in c.vocab.words
+  assert c.heldout.documents == ("held.txt",) and len(c.heldout) == 1
+  assert np.all(c.heldout.tokens[:, 0] == books.UNK)
+  assert c.train.documents == ("train1.txt", "train2.txt") and len(c.train) == 2
+
+
+def test_missing_data_is_a_one_line_error(tmp_path):
+  with pytest.raises(DataError, match="gutenberg/ not found") as e:
+    books.load_gutenberg(tmp_path)
+  assert "\n" not in str(e.value)
+  _write(tmp_path / books.GUTENBERG, "a.txt", ["x", "y", "z"])
+  with pytest.raises(DataError, match="held-out books .* not among"):
+    books.load_gutenberg(tmp_path)
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(DataError, match="no .txt books"):
+    books.book_files(tmp_path / "empty")
+
+
+def test_default_split_is_documented():
+  assert len(books.HELDOUT_BOOKS) == 2
+  for name in books.HELDOUT_BOOKS:
+    assert name in books.__doc__
