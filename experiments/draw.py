@@ -11,10 +11,9 @@ workdir.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import flax.struct
 import jax
@@ -253,29 +252,6 @@ def save_samples(state: TrainState, config, directory: str | Path, num_samples: 
   fig.savefig(canvas_path, dpi=100, bbox_inches="tight")
   plt.close(fig)
   return samples_path, canvas_path
-
-
-def plot_figure4(runs: Mapping[str, str | Path], path: str | Path,
-                 metric: str = "test_bound") -> Path:
-  """Figure 4: ``metric`` against epochs for each {label: workdir}, from
-  their metrics.jsonl; returns ``path``."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for label, wd in runs.items():
-    records = [json.loads(l) for l in (Path(wd) / "metrics.jsonl").read_text().splitlines()
-               if l.strip()]
-    ax.plot([r["epoch"] for r in records], [r[metric] for r in records], label=label)
-  ax.set_xlabel("epoch")
-  ax.set_ylabel(f"{metric.replace('_', ' ')} (nats)")
-  ax.set_title("DRAW on binarized MNIST (paper Figure 4)")
-  ax.grid(alpha=0.3)
-  ax.legend()
-  fig.savefig(path, dpi=120, bbox_inches="tight")
-  plt.close(fig)
-  return Path(path)
 
 
 def _keys(seed: int) -> dict[str, jax.Array]:

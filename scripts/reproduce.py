@@ -10,16 +10,25 @@ Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<
 (rerunning the command resumes there), then its config.json, metrics.jsonl
 and outputs are copied into ``<results_dir>/<target>/`` (``<target>_<preset>/``
 for the cpu and smoke presets) beside a results.md that names the command and
-commit that made them. ``--jobs N`` runs up to N of a target's runs at once,
-each logging to ``<run>.log`` beside its workdir: on a small CPU machine, where
-one XLA process leaves cores idle, that can finish sooner (README, ConvNets).
+commit that made them. ``--results_dir`` is ``<runs_dir>/results`` unless told
+otherwise: ``--results_dir results`` rewrites the committed results.
+
+``--seeds N`` runs each run with N seeds (the config's seed, then the next
+N - 1; workdirs ``<run>``, ``<run>_seed<s>``): the tables then give the mean
+and standard deviation over the seeds, and the figures draw the mean with a
+band over the seeds' range. ``--jobs N`` runs up to N of a target's runs at
+once, each logging to ``<run>.log`` beside its workdir: on a small CPU machine,
+where one XLA process leaves cores idle, that can finish sooner (README,
+ConvNets).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
+import statistics
 import shutil
 import subprocess
 import sys
@@ -30,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from configs import pi_mnist as pi_mnist_config  # noqa: E402
+from experiments import figures  # noqa: E402
 
 NORM_NAMES = {"none": "Baseline", "layer": "Layer norm", "batch": "Batch norm"}
 TIME_NOTE = ("\nTrain time: the training epochs' seconds, summed. It leaves out evaluation, "
@@ -37,11 +47,16 @@ TIME_NOTE = ("\nTrain time: the training epochs' seconds, summed. It leaves out 
 
 
 def run_all(args, config: str, runs: dict, keep=()) -> dict:
-  """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}), up to
-  ``--jobs`` at a time, then copies each run's record into the results folder
-  and returns the records by key. With one job a run's progress goes to the
-  terminal; with more, each run writes it to ``<name>.log`` beside its workdir."""
-  pending, active, failed = list(runs.values()), [], []
+  """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}), each with
+  ``--seeds`` seeds, up to ``--jobs`` at a time, then copies each run's record
+  into the results folder and returns the records by key: the first seed's,
+  with every seed's record (itself first) under ``seeds``. With one job a
+  run's progress goes to the terminal; with more, each run writes it to
+  ``<name>.log`` beside its workdir."""
+  seeds = _seed_names(args, config)
+  runs = {key: [(name + suffix, {**overrides, **seed})
+                for suffix, seed in seeds] for key, (name, overrides) in runs.items()}
+  pending, active, failed = [r for rs in runs.values() for r in rs], [], []
   while active or (pending and not failed):
     while pending and not failed and len(active) < args.jobs:
       name, overrides = pending.pop(0)
@@ -68,9 +83,39 @@ def run_all(args, config: str, runs: dict, keep=()) -> dict:
       if proc.returncode:
         failed.append(name)
   if failed:
-    failed = [name for name, _ in runs.values() if name in failed]  # in the target's order
+    failed = [name for rs in runs.values() for name, _ in rs if name in failed]  # target's order
     sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
-  return {key: _collect(args, name, keep) for key, (name, _) in runs.items()}
+  records = {}
+  for key, rs in runs.items():
+    per_seed = [_collect(args, name, keep) for name, _ in rs]
+    records[key] = {**per_seed[0], "seeds": per_seed}
+  return records
+
+
+def _seed_names(args, config: str) -> list[tuple[str, dict]]:
+  """(workdir suffix, overrides) per seed: the config's own seed first, in the
+  workdir a one-seed run uses, so that adding seeds keeps the runs made."""
+  if args.seeds == 1:
+    return [("", {})]
+  spec = importlib.util.spec_from_file_location("_config", REPO / config)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  base = module.get_config(args.preset).seed
+  return [("", {})] + [(f"_seed{s}", {"seed": s}) for s in range(base + 1, base + args.seeds)]
+
+
+def seeds(record: dict) -> list[dict]:
+  """A record's per-seed records (itself alone when it has none)."""
+  return record.get("seeds", [record])
+
+
+mean_sd = figures.mean_sd
+
+
+def per_seed(values) -> str:
+  """Each seed's value, in seed order: for counts such as epochs to a level,
+  which a mean would hide ("not reached")."""
+  return " / ".join(str(v) for v in values)
 
 
 def _workdir(args, name: str) -> Path:
@@ -89,18 +134,31 @@ def _collect(args, name: str, keep) -> dict:
 
 
 def out_dir(args) -> Path:
-  """results/<target> for the paper preset, results/<target>_<preset> otherwise."""
+  """<results_dir>/<target> for the paper preset, <results_dir>/<target>_<preset>
+  otherwise."""
   suffix = "" if args.preset == "paper" else f"_{args.preset}"
-  return REPO / args.results_dir / f"{args.target}{suffix}"
+  return REPO / results_dir(args) / f"{args.target}{suffix}"
+
+
+def results_dir(args) -> Path:
+  return args.results_dir if args.results_dir is not None else args.runs_dir / "results"
 
 
 def header(args, records: list[dict], title: str) -> str:
+  records = [s for r in records for s in seeds(r)]
   commits = sorted({r["git_commit"] for r in records})
   resumed = sorted({x["git_commit"] for r in records for x in r.get("resumed_with", [])})
-  return (f"# {title}\n\nCommand: `python scripts/reproduce.py {args.target} --preset "
-          f"{args.preset}`  \nCommit: {', '.join(commits)}  \n"
+  command = f"python scripts/reproduce.py {args.target} --preset {args.preset}"
+  if args.seeds > 1:
+    command += f" --seeds {args.seeds}"
+  if args.results_dir is not None:
+    command += f" --results_dir {args.results_dir}"
+  return (f"# {title}\n\nCommand: `{command}`  \nCommit: {', '.join(commits)}  \n"
           + (f"Resumed or re-read by: {', '.join(resumed)}  \n" if resumed else "") +
-          f"Versions: {json.dumps(records[0]['versions'])}\n\n")
+          f"Versions: {json.dumps(records[0]['versions'])}\n\n"
+          + (f"Seeds: {args.seeds} per run. A cell reads mean ± standard deviation over the "
+             "seeds, or each seed's value in turn (a / b / ...); a figure's band spans the "
+             "lowest to the highest seed.\n\n" if args.seeds > 1 else ""))
 
 
 def table1(args) -> None:
@@ -153,7 +211,7 @@ def _train_nll_table(records: dict[str, dict]) -> str:
   """Training NLL at a few epochs, and the epochs each run needs to get below
   a few levels: how fast each one trains (claim (c) of Figure 6, and section
   6.7's "speedup")."""
-  n = max(len(r["metrics"]) for r in records.values())
+  n = max(len(s["metrics"]) for r in records.values() for s in seeds(r))
   epochs = [e for e in (1, 2, 5, 10, 20, 40, 60) if e <= n]
   levels = (0.1, 0.03, 0.01, 0.001)
   md = ("\nTraining NLL (the mean over an epoch's minibatches) by epoch, and the first "
@@ -161,20 +219,35 @@ def _train_nll_table(records: dict[str, dict]) -> str:
         + " | ".join(f"<= {v:g}" for v in levels) + " |\n|---|"
         + "---|" * (len(epochs) + len(levels)) + "\n")
   for name, r in records.items():
-    m = r["metrics"]
+    ms = [s["metrics"] for s in seeds(r)]
     md += (f"| {name} | " + " | ".join(
-        f"{m[e - 1]['train_nll']:.3g}" if e <= len(m) else "" for e in epochs) + " | "
-        + " | ".join(_epochs_to(m, "train_nll", v) for v in levels) + " |\n")
+        mean_sd((m[e - 1]["train_nll"] for m in ms), ".3g") if all(e <= len(m) for m in ms)
+        else "" for e in epochs) + " | "
+        + " | ".join(per_seed(_epochs_to(m, "train_nll", v) for m in ms) for v in levels)
+        + " |\n")
   return md
 
 
 def _summary_row(name: str, r: dict, extra: str) -> str:
-  m = r["metrics"]
-  train_s, rate = _train_time_and_rate(m)
-  return (f"| {name} | {extra}{m[-1]['test_error']:.4f} | "
-          f"{min(x['test_error'] for x in m):.4f} | {_epochs_to(m, 'test_error', 0.02)} | "
-          f"{m[-1]['train_nll']:.3g} | {train_s:.0f} | {rate:,.0f} | "
+  ms = [s["metrics"] for s in seeds(r)]
+  times = [_train_time_and_rate(m) for m in ms]
+  return (f"| {name} | {extra}{mean_sd(m[-1]['test_error'] for m in ms)} | "
+          f"{mean_sd(min(x['test_error'] for x in m) for m in ms)} | "
+          f"{per_seed(_epochs_to(m, 'test_error', 0.02) for m in ms)} | "
+          f"{mean_sd((m[-1]['train_nll'] for m in ms), '.3g')} | "
+          f"{mean_sd((t for t, _ in times), '.0f')} | {mean_sd((v for _, v in times), ',.0f')} | "
           f"{r['config']['learning_rate']:g} |\n")
+
+
+def _curves(records: dict, path: Path, title: str, panel, label) -> None:
+  """Per panel (a row): training NLL on a log scale and test error, by epoch;
+  a run of several seeds is their mean, with a band."""
+  panels = {}
+  for key, r in records.items():
+    panels.setdefault(panel(key), {})[label(key)] = [s["metrics"] for s in seeds(r)]
+  figures.plot_panels(panels, path, [figures.Axis("train_nll", "train NLL", yscale="log"),
+                                     figures.Axis("test_error", "test error", ymax=0.1)],
+                      title=title)
 
 
 def fig6(args) -> None:
@@ -186,8 +259,8 @@ def fig6(args) -> None:
       (norm, batch): (f"{norm}_b{batch}", {"norm": norm, "batch_size": batch,
                                            "learning_rate": lrs[norm, batch]})
       for batch in (128, 4) for norm in NORM_NAMES})
-  plot_curves(records, out_dir(args) / "fig6.png", "Permutation-invariant MNIST",
-              lambda k: f"batch size {k[1]}", lambda k: NORM_NAMES[k[0]])
+  _curves(records, out_dir(args) / "fig6.png", "Permutation-invariant MNIST",
+          lambda k: f"batch size {k[1]}", lambda k: NORM_NAMES[k[0]])
   md = header(args, list(records.values()), "Figure 6: permutation-invariant MNIST")
   md += ("![Figure 6](fig6.png)\n\n| run | final test error | best test error | epochs to "
          "2% test error | final train NLL | train time (s) | examples/s (median epoch) | "
@@ -204,8 +277,8 @@ def convnet(args) -> None:
   records = run_all(args, "configs/convnet.py", {
       (dataset, norm): (f"{dataset}_{norm}", {"norm": norm, "dataset": dataset})
       for dataset in ("mnist", "fashion_mnist") for norm in NORM_NAMES})
-  plot_curves(records, out_dir(args) / "convnet.png", "ConvNets (section 6.7)",
-              lambda k: k[0], lambda k: NORM_NAMES[k[1]])
+  _curves(records, out_dir(args) / "convnet.png", "ConvNets (section 6.7)",
+          lambda k: k[0], lambda k: NORM_NAMES[k[1]])
   md = header(args, list(records.values()), "Section 6.7: ConvNets")
   md += ("![ConvNets](convnet.png)\n\n| run | final test error | best test error | epochs "
          "to 2% test error | final train NLL | train time (s) | examples/s (median epoch) | "
@@ -223,14 +296,16 @@ DRAW_NAMES = {"none": "Baseline", "layer_c": "LN on c_t (eqs. 29-31)",
 
 def fig4(args) -> None:
   """The paper's two runs, and the full LN-LSTM beside them (not in the paper)."""
-  from experiments import draw  # pylint: disable=g-import-not-at-top
   records = run_all(args, "configs/draw.py", {n: (n, {"norm": n}) for n in DRAW_NAMES},
                     keep=("samples.png", "canvas.png"))
-  draw.plot_figure4({DRAW_NAMES[n]: out_dir(args) / n for n in records},
-                    out_dir(args) / "fig4.png")
-  # Convergence: epochs each run needs to reach the baseline's final bound,
-  # and rounder bounds that the baseline passes on its way there.
-  base_final = records["none"]["metrics"][-1]["test_bound"]
+  ms = {n: [s["metrics"] for s in seeds(r)] for n, r in records.items()}
+  figures.plot({DRAW_NAMES[n]: m for n, m in ms.items()}, out_dir(args) / "fig4.png",
+               figures.Axis("test_bound", "test bound (nats)"),
+               title="DRAW on binarized MNIST (paper Figure 4)")
+  # Convergence: epochs each run needs to reach the baseline's final bound
+  # (its mean over seeds), and rounder bounds that the baseline passes on its
+  # way there.
+  base_final = statistics.mean(m[-1]["test_bound"] for m in ms["none"])
   top = 10 * math.ceil(base_final / 10)
   marks = [top + 40, top + 20, top + 10, top, base_final]
   c = records["none"]["config"]
@@ -241,25 +316,27 @@ def fig4(args) -> None:
          "posterior sample each.\n\n![Figure 4](fig4.png)\n\n"
          "| run | final test bound | best test bound | final valid bound | final train bound "
          "| train time (s) | train examples/s (median epoch) |\n|---|---|---|---|---|---|---|\n")
-  for n, r in records.items():
-    m = r["metrics"]
-    train_s, rate = _train_time_and_rate(m)
-    md += (f"| {DRAW_NAMES[n]} | {m[-1]['test_bound']:.2f} | "
-           f"{min(x['test_bound'] for x in m):.2f} | {m[-1]['valid_bound']:.2f} | "
-           f"{m[-1]['train_bound']:.2f} | {train_s:.0f} | {rate:,.0f} |\n")
+  for n, m in ms.items():
+    times = [_train_time_and_rate(x) for x in m]
+    md += (f"| {DRAW_NAMES[n]} | {mean_sd((x[-1]['test_bound'] for x in m), '.2f')} | "
+           f"{mean_sd((min(y['test_bound'] for y in x) for x in m), '.2f')} | "
+           f"{mean_sd((x[-1]['valid_bound'] for x in m), '.2f')} | "
+           f"{mean_sd((x[-1]['train_bound'] for x in m), '.2f')} | "
+           f"{mean_sd((t for t, _ in times), '.0f')} | "
+           f"{mean_sd((v for _, v in times), ',.0f')} |\n")
   md += TIME_NOTE
   md += "\nEpochs to reach a test bound (the last is the baseline's final bound):\n\n"
   md += "| run | " + " | ".join(f"<= {b:.1f}" for b in marks) + " |\n"
   md += "|---|" + "---|" * len(marks) + "\n"
   md += "".join(f"| {DRAW_NAMES[n]} | " + " | ".join(
-      _epochs_to(r["metrics"], "test_bound", b) for b in marks) + " |\n"
-      for n, r in records.items())
+      per_seed(_epochs_to(x, "test_bound", b) for x in m) for b in marks) + " |\n"
+      for n, m in ms.items())
   md += "\nTest bound by epoch:\n\n| epoch | " + " | ".join(DRAW_NAMES[n] for n in records)
   md += " |\n|---|" + "---|" * len(records) + "\n"
-  for i in range(max(len(r["metrics"]) for r in records.values())):
+  for i in range(max(len(x) for m in ms.values() for x in m)):
     md += f"| {i + 1} | " + " | ".join(
-        f"{r['metrics'][i]['test_bound']:.2f}" if i < len(r["metrics"]) else ""
-        for r in records.values()) + " |\n"
+        mean_sd((x[i]["test_bound"] for x in m), ".2f") if all(i < len(x) for x in m) else ""
+        for m in ms.values()) + " |\n"
   md += (f"\nFor scale: drawing every test image from the training set's per-pixel means "
          f"gives {_mean_image_nll(c):.2f} nats, the bound of a model that ignores its "
          "input.\n")
@@ -281,34 +358,10 @@ def _mean_image_nll(config: dict) -> float:
   return float(-(x * np.log(p) + (1 - x) * np.log1p(-p)).sum(1).mean())
 
 
-def plot_curves(records: dict, path: Path, title: str, panel, label) -> None:
-  """Per panel (a row): training NLL on a log scale and test error, by epoch."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  panels = list(dict.fromkeys(panel(k) for k in records))
-  fig, axes = plt.subplots(len(panels), 2, figsize=(10, 3.6 * len(panels)), squeeze=False)
-  for key, r in records.items():
-    row = panels.index(panel(key))
-    epochs = [m["epoch"] for m in r["metrics"]]
-    axes[row, 0].plot(epochs, [m["train_nll"] for m in r["metrics"]], label=label(key))
-    axes[row, 1].plot(epochs, [m["test_error"] for m in r["metrics"]], label=label(key))
-  for row, p in enumerate(panels):
-    axes[row, 0].set(yscale="log", xlabel="epoch", ylabel="train NLL", title=p)
-    axes[row, 1].set(xlabel="epoch", ylabel="test error", title=p)
-    axes[row, 1].set_ylim(0, min(0.1, axes[row, 1].get_ylim()[1]))
-    for ax in axes[row]:
-      ax.grid(alpha=0.3)
-      ax.legend()
-  fig.suptitle(title)
-  fig.tight_layout()
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-
-
 TARGETS = {"table1": table1, "fig6_lr": fig6_lr, "fig6": fig6, "convnet": convnet,
            "fig4": fig4}
+# Targets whose tables and figures report every seed's runs (--seeds N > 1).
+SEEDED = {"fig6", "convnet", "fig4"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -316,14 +369,25 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("target", choices=sorted(TARGETS))
   p.add_argument("--preset", default="paper", choices=("paper", "cpu", "smoke"))
   p.add_argument("--runs_dir", default="runs", type=Path)
-  p.add_argument("--results_dir", default="results", type=Path)
+  p.add_argument("--results_dir", default=None, type=Path,
+                 help="where results go (default <runs_dir>/results); `results` rewrites "
+                      "the committed ones")
   p.add_argument("--jobs", default=1, type=int,
                  help="runs at a time (default 1); each then logs to <runs_dir>/.../<run>.log")
+  p.add_argument("--seeds", default=1, type=int,
+                 help="seeds per run (default 1); tables give mean ± sd, figures bands")
   args = p.parse_args(argv)
   if args.jobs < 1:
     p.error(f"--jobs must be at least 1, got {args.jobs}")
+  if args.seeds < 1:
+    p.error(f"--seeds must be at least 1, got {args.seeds}")
+  if args.seeds > 1 and args.target not in SEEDED:
+    p.error(f"--seeds is not supported by {args.target}; targets with seeds: "
+            f"{', '.join(sorted(SEEDED))}")
   TARGETS[args.target](args)
-  print(f"results in {out_dir(args)}")
+  print(f"results in {out_dir(args)}"
+        + ("" if args.results_dir is not None else
+           " (a scratch folder; --results_dir results rewrites the committed results)"))
 
 
 if __name__ == "__main__":

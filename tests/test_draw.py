@@ -14,6 +14,7 @@ import pytest
 
 from configs import draw as draw_config
 from experiments import draw as draw_exp
+from experiments import figures
 from experiments.errors import ConfigError, NonFiniteLossError
 from lnorm import draw
 from lnorm.data import binarized_mnist as bm
@@ -231,8 +232,8 @@ def test_workdir_contents_and_resume(tiny, tmp_path):
   assert without_timing(metrics(wd)) == without_timing(metrics(tmp_path / "fresh"))
   jax.tree.map(lambda a, b: None if jnp.array_equal(a, b) else pytest.fail("params differ"),
                state.params, fresh.params)
-  figure = draw_exp.plot_figure4({"resumed": wd, "fresh": tmp_path / "fresh"},
-                                 tmp_path / "fig4.png")
+  figure = figures.plot({"resumed": wd, "fresh": tmp_path / "fresh"}, tmp_path / "fig4.png",
+                        "test_bound")
   assert figure.stat().st_size
 
 

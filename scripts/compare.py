@@ -1,0 +1,191 @@
+r"""Compares runs: their curves in one figure, and a table of their final and
+best metrics, the step each was reached at, and the train time.
+
+  python scripts/compare.py runs/pi_mnist_layer runs/pi_mnist_none \
+      [--metric test_error --metric train_nll] [--x step|epoch] [--out compare.png]
+
+Any workdirs of ``experiments.main`` (or of ``reproduce.py``'s runs) will do.
+The table also shows each config field that differs between the runs.
+``--group_seeds`` draws the runs whose configs differ only in ``seed`` as one
+curve, their mean with a band over their range, and gives mean ± sd in the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from experiments import figures  # noqa: E402
+
+# Bookkeeping fields of a metrics record, not metrics to compare.
+NOT_METRICS = ("step", "epoch", "wall_time", "epoch_time_s", "examples_per_sec")
+# The metric compared when none is named: the first that every run has.
+DEFAULT_METRICS = ("test_error", "test_bound", "valid_error", "valid_bound", "test_nll",
+                   "valid_nll", "train_nll", "train_bound", "train_loss")
+
+
+class CompareError(Exception):
+  pass
+
+
+def load(workdir: str) -> dict:
+  wd = Path(workdir)
+  if not wd.is_dir():
+    raise CompareError(f"{workdir}: no such workdir")
+  if not (wd / "metrics.jsonl").is_file():
+    raise CompareError(f"{workdir}: no metrics.jsonl (not the workdir of a run?)")
+  try:
+    metrics = figures.read_metrics(wd)
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise CompareError(f"{workdir}/metrics.jsonl cannot be read: {e}") from None
+  config = {}
+  if (wd / "config.json").is_file():
+    try:
+      config = json.loads((wd / "config.json").read_text()).get("config", {})
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+      raise CompareError(f"{workdir}/config.json cannot be read: {e}") from None
+  return {"path": workdir, "config": config, "metrics": metrics}
+
+
+def labels(paths: list[str]) -> list[str]:
+  """Each workdir's name, or its path where two names are the same."""
+  names = [Path(p).name or p for p in paths]
+  return [n if names.count(n) == 1 else p.rstrip("/") for n, p in zip(names, paths)]
+
+
+def differing_fields(configs: list[dict]) -> list[str]:
+  keys = list(dict.fromkeys(k for c in configs for k in c))
+  return [k for k in keys if len({json.dumps(c.get(k)) for c in configs}) > 1]
+
+
+def group(runs: list[dict], by_seed: bool) -> dict[str, list[dict]]:
+  """{label: runs}: one run each, or the runs that differ only in seed."""
+  names = labels([r["path"] for r in runs])
+  if not by_seed:
+    return {n: [r] for n, r in zip(names, runs)}
+  groups: dict[str, list[tuple[str, dict]]] = {}
+  for n, r in zip(names, runs):
+    key = json.dumps({k: v for k, v in r["config"].items() if k != "seed"}, sort_keys=True)
+    groups.setdefault(key, []).append((n, r))
+  return {(g[0][0] if len(g) == 1 else f"{g[0][0]} (+{len(g) - 1} seeds)"): [r for _, r in g]
+          for g in groups.values()}
+
+
+def default_metric(runs: list[dict]) -> str:
+  have = [set(k for m in r["metrics"] for k in m) for r in runs if r["metrics"]]
+  common = set.intersection(*have) if have else set()
+  for m in DEFAULT_METRICS:
+    if m in common:
+      return m
+  others = sorted(common - set(NOT_METRICS))
+  if not others:
+    raise CompareError("the runs have no metric in common to compare")
+  return others[0]
+
+
+def _final_and_best(metrics: list[dict], metric: str, best: str) -> tuple[dict, dict]:
+  have = [m for m in metrics if metric in m]
+  pick = min if best == "min" else max
+  return have[-1], pick(have, key=lambda m: m[metric])
+
+
+def table(groups: dict[str, list[dict]], metrics: list[str], best: str) -> str:
+  fields = differing_fields([r["config"] for rs in groups.values() for r in rs])
+  if any(len(rs) > 1 for rs in groups.values()):
+    fields = [f for f in fields if f != "seed"]
+  head = ["run", *fields, "steps", "epochs"]
+  for m in metrics:
+    head += [f"final {m}", "at step", f"{'lowest' if best == 'min' else 'highest'} {m}",
+             "at step"]
+  head.append("train time (s)")
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for name, rs in groups.items():
+    row = [name, *(_value(rs[0]["config"][f]) if f in rs[0]["config"] else "" for f in fields)]
+    if not all(r["metrics"] for r in rs):
+      lines.append("| " + " | ".join(row + ["no records yet"] + [""] * (len(head) - len(row) - 1))
+                   + " |")
+      continue
+    row += [_each(r["metrics"][-1]["step"] for r in rs),
+            _each(r["metrics"][-1].get("epoch", "") for r in rs)]
+    for m in metrics:
+      pairs = [_final_and_best(r["metrics"], m, best) for r in rs]
+      row += [figures.mean_sd((f[m] for f, _ in pairs), ".4g"), _each(f["step"] for f, _ in pairs),
+              figures.mean_sd((b[m] for _, b in pairs), ".4g"), _each(b["step"] for _, b in pairs)]
+    times = [sum(m.get("epoch_time_s", 0.0) for m in r["metrics"]) for r in rs]
+    timed = all(any("epoch_time_s" in m for m in r["metrics"]) for r in rs)
+    row.append(figures.mean_sd(times, ".0f") if timed else "")
+    lines.append("| " + " | ".join(str(c) for c in row) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def _value(v) -> str:
+  return v if isinstance(v, str) else json.dumps(v)
+
+
+def _each(values) -> str:
+  """One value, or each seed's in turn."""
+  return " / ".join(str(v) for v in values)
+
+
+def _axis(metric: str) -> figures.Axis:
+  # NLLs and losses fall by decades as a run fits its training set.
+  log = any(w in metric for w in ("nll", "loss"))
+  return figures.Axis(metric, yscale="log" if log else "linear")
+
+
+def compare(workdirs: list[str], metrics: list[str] | None = None, x: str = "epoch",
+            out: str | Path = "compare.png", best: str = "min",
+            group_seeds: bool = False) -> str:
+  """Draws the runs' curves into ``out`` and returns the comparison table."""
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  formats = Figure().canvas.get_supported_filetypes()
+  if Path(out).suffix.lstrip(".").lower() not in formats:
+    raise CompareError(f"--out {out}: the name must end in one of: "
+                       f"{', '.join('.' + f for f in sorted(formats))}")
+  runs = [load(w) for w in workdirs]
+  metrics = metrics or [default_metric(runs)]
+  for m in metrics:
+    for r in runs:
+      if r["metrics"] and not any(m in rec for rec in r["metrics"]):
+        have = sorted(set(k for rec in r["metrics"] for k in rec) - set(NOT_METRICS))
+        raise CompareError(f"{r['path']} has no metric {m!r}; its metrics: {', '.join(have)}")
+  groups = group(runs, group_seeds)
+  curves = {n: [r["metrics"] for r in rs] for n, rs in groups.items()}
+  try:
+    if len(metrics) == 1:
+      figures.plot(curves, out, _axis(metrics[0]), x)
+    else:
+      figures.plot_panels({"": curves}, out, [_axis(m) for m in metrics], x)
+  except OSError as e:
+    raise CompareError(f"--out {out}: {e.strerror or e}") from None
+  return table(groups, metrics, best)
+
+
+def main(argv: list[str] | None = None) -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("workdirs", nargs="+", metavar="WORKDIR")
+  p.add_argument("--metric", action="append", dest="metrics", metavar="M",
+                 help="a metric of metrics.jsonl (repeat for more); default: the first of "
+                      f"{', '.join(DEFAULT_METRICS[:4])}... that every run has")
+  p.add_argument("--x", default="epoch", choices=figures.X_AXES, help="x axis (default epoch)")
+  p.add_argument("--out", default="compare.png", type=Path, help="figure (default compare.png)")
+  p.add_argument("--best", default="min", choices=("min", "max"),
+                 help="whether the best value is the lowest (default) or the highest")
+  p.add_argument("--group_seeds", action="store_true",
+                 help="runs that differ only in seed: one curve with a band, mean ± sd")
+  args = p.parse_args(argv)
+  try:
+    md = compare(args.workdirs, args.metrics, args.x, args.out, args.best, args.group_seeds)
+  except CompareError as e:
+    sys.exit(f"error: {e}")
+  print(md, end="")
+  print(f"figure: {args.out}")
+
+
+if __name__ == "__main__":
+  main()
