@@ -113,9 +113,10 @@ mean_sd = figures.mean_sd
 
 
 def per_seed(values) -> str:
-  """Each seed's value, in seed order: for counts such as epochs to a level,
-  which a mean would hide ("not reached")."""
-  return " / ".join(str(v) for v in values)
+  """Each seed's value, in seed order, or one value that all seeds share: for
+  counts such as epochs to a level, which a mean would hide ("not reached")."""
+  values = [str(v) for v in values]
+  return values[0] if len(set(values)) == 1 else " / ".join(values)
 
 
 def _workdir(args, name: str) -> Path:

@@ -1,9 +1,12 @@
 """scripts/reproduce.py: scheduling runs and reading their metrics into tables
 (the runs themselves: test_runner.py)."""
 
+import json
 import os
+import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.run_records import REPO
 
@@ -42,3 +45,89 @@ def test_train_nll_table_reads_the_epochs_and_the_first_crossings():
   assert lines[-3].startswith("| run | epoch 1 | epoch 2 | epoch 5 | <= 0.1 | <= 0.03 |")
   assert lines[-1] == "| run a | 0.5 | 0.08 | 0.009 | 2 | 4 | 5 | 7 |"
   assert reproduce._epochs_to(records["run a"]["metrics"], "train_nll", 1e-4) == "not reached"  # pylint: disable=protected-access
+
+
+class FakeRun:
+  """Stands in for ``experiments.main``: writes a run's config.json and
+  metrics.jsonl (test error 0.02 * (seed + 1) / epoch) into its workdir."""
+  commands: list[list[str]] = []
+
+  def __init__(self, cmd, **_):
+    FakeRun.commands.append(cmd)
+    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
+    config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
+    config["learning_rate"] = float(config["learning_rate"])
+    seed = int(config.setdefault("seed", 0))
+    wd = Path(flags["workdir"])
+    wd.mkdir(parents=True)
+    (wd / "config.json").write_text(json.dumps(
+        {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(
+        {"step": 10 * e, "epoch": e, "train_nll": 1.0 / (e + seed), "test_error": 0.02 * (seed + 1) / e,
+         "epoch_time_s": 1.0 + seed, "examples_per_sec": 100.0 * (seed + 1)}) + "\n"
+        for e in (1, 2)))
+    self.returncode = 0
+
+  def poll(self):
+    return self.returncode
+
+
+def test_seeds_run_in_their_own_workdirs_and_tables_give_mean_and_sd(tmp_path, monkeypatch):
+  from scripts import reproduce
+  FakeRun.commands = []
+  monkeypatch.setattr(reproduce.subprocess, "Popen", FakeRun)
+  reproduce.main(["fig6", "--preset", "smoke", "--seeds", "3", "--runs_dir", str(tmp_path / "runs"),
+                  "--results_dir", str(tmp_path / "res")])
+  # The config's seed (0) keeps the one-seed workdir; the others are named.
+  assert len(FakeRun.commands) == 18
+  layer = [c for c in FakeRun.commands
+           if "--config.norm=layer" in c and "--config.batch_size=128" in c]
+  assert [next(a for a in c if a.startswith("--workdir=")).rsplit("/", 1)[-1] for c in layer] == [
+      "layer_b128", "layer_b128_seed1", "layer_b128_seed2"]
+  assert [c[-1] for c in layer] == ["--config.learning_rate=0.0003", "--config.seed=1",
+                                    "--config.seed=2"]
+  out = tmp_path / "res" / "fig6_smoke"
+  for name in ("layer_b128", "layer_b128_seed1", "layer_b128_seed2"):
+    assert json.loads((out / name / "config.json").read_text())["config"]["norm"] == "layer"
+  assert (out / "fig6.png").read_bytes().startswith(b"\x89PNG")
+  md = (out / "results.md").read_text()
+  assert ("Command: `python scripts/reproduce.py fig6 --preset smoke --seeds 3 --results_dir "
+          f"{tmp_path / 'res'}`") in md
+  row = next(l for l in md.splitlines() if l.startswith("| Layer norm, batch 128 |"))
+  final = [0.02 * (s + 1) / 2 for s in range(3)]  # epoch 2
+  best = final  # each seed's error falls
+  nll = [1.0 / (2 + s) for s in range(3)]
+  assert row.rstrip(" |").split(" | ")[1:8] == [
+      f"{statistics.mean(final):.4f} ± {statistics.stdev(final):.4f}",
+      f"{statistics.mean(best):.4f} ± {statistics.stdev(best):.4f}",
+      "1 / 2 / not reached",  # 0.02 / 1, 0.04 / 2, 0.06 / 2
+      f"{statistics.mean(nll):.3g} ± {statistics.stdev(nll):.3g}",
+      "4 ± 2",  # 2 epochs of 1, 2 and 3 s
+      "200 ± 100",
+      "0.0003"]
+  nll_row = [l for l in md.splitlines() if l.startswith("| Layer norm, batch 128 |")][1]
+  e1 = [1.0 / (1 + s) for s in range(3)]
+  assert nll_row.split(" | ")[1] == f"{statistics.mean(e1):.3g} ± {statistics.stdev(e1):.3g}"
+  assert nll_row.split(" | ")[3] == "not reached"  # <= 0.1 in no seed: said once
+
+
+def test_results_go_to_a_scratch_folder_unless_told(tmp_path, monkeypatch):
+  from scripts import reproduce
+  monkeypatch.setattr(reproduce.subprocess, "Popen", FakeRun)
+  reproduce.main(["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs")])
+  md = (tmp_path / "runs" / "results" / "fig6_smoke" / "results.md").read_text()
+  assert "Command: `python scripts/reproduce.py fig6 --preset smoke`" in md
+  assert "±" not in md and "Seeds:" not in md
+  args = reproduce.argparse.Namespace(target="fig6", preset="paper", runs_dir=Path("runs"),
+                                      results_dir=Path("results"))
+  assert reproduce.out_dir(args) == REPO / "results" / "fig6"
+
+
+def test_seeds_must_be_positive_and_supported_by_the_target():
+  for argv, message in ((["fig6", "--seeds", "0"], "--seeds must be at least 1, got 0"),
+                        (["table1", "--seeds", "2"],
+                         "--seeds is not supported by table1; targets with seeds: ")):
+    p = subprocess.run([sys.executable, "scripts/reproduce.py", *argv], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert message in p.stderr.strip().splitlines()[-1]
