@@ -5,6 +5,7 @@ r"""One command per table or figure of the paper.
   python scripts/reproduce.py fig6     [--preset ...]   # Figure 6, permutation-invariant MNIST
   python scripts/reproduce.py convnet  [--preset ...]   # section 6.7
   python scripts/reproduce.py fig4     [--preset ...]   # Figure 4, DRAW on binarized MNIST
+  python scripts/reproduce.py geometry                  # section 5.2, Fisher of normalized GLMs
 
 Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<run>``
 (rerunning the command resumes there), then its config.json, metrics.jsonl
@@ -166,6 +167,15 @@ def table1(args) -> None:
   r = run_all(args, "configs/invariance.py", {0: ("table1", {})}, keep=("table1.md",))[0]
   (out_dir(args) / "results.md").write_text(
       header(args, [r], "Table 1") + (out_dir(args) / "table1" / "table1.md").read_text())
+
+
+def geometry(args) -> None:
+  """Section 5.2: no training runs; the Fisher of small GLMs in float64 (a few
+  minutes on CPU). The presets are all the same computation."""
+  from experiments import geometry as geo  # pylint: disable=g-import-not-at-top
+  command = "python scripts/reproduce.py geometry" + (
+      f" --results_dir {args.results_dir}" if args.results_dir is not None else "")
+  print(geo.write_results(out_dir(args), command))
 
 
 def fig6_lr(args) -> None:
@@ -360,7 +370,7 @@ def _mean_image_nll(config: dict) -> float:
 
 
 TARGETS = {"table1": table1, "fig6_lr": fig6_lr, "fig6": fig6, "convnet": convnet,
-           "fig4": fig4}
+           "fig4": fig4, "geometry": geometry}
 # Targets whose tables and figures report every seed's runs (--seeds N > 1).
 SEEDED = {"fig6", "convnet", "fig4"}
 
