@@ -1,0 +1,153 @@
+"""The uni-skip model (lnorm/skipthoughts.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from lnorm import recurrent, skipthoughts
+from lnorm.data import books
+
+V, E, H = 23, 6, 8
+
+
+def _cell(norm, features):
+  """The reference cell: GRUCell(norm=...) once the cells are merged, else the two classes."""
+  if "norm" in getattr(recurrent.GRUCell, "__dataclass_fields__", {}):
+    return recurrent.GRUCell(features, norm=norm)
+  return recurrent.GRUCell(features) if norm == "none" else recurrent.LNGRUCell(features)
+
+
+def _tokens(rng, B, T, lengths):
+  t = rng.integers(3, V, (B, T)).astype(np.int32)
+  for b, n in enumerate(lengths):
+    t[b, n - 1] = books.EOS
+    t[b, n:] = books.PAD
+  return jnp.asarray(t)
+
+
+@pytest.mark.parametrize("norm", ["none", "layer"])
+def test_gru_equals_scanning_the_cell_on_x_and_context(norm):
+  rng = np.random.default_rng(0)
+  B, T, I, D = 3, 5, 4, 2
+  x = jnp.asarray(rng.normal(size=(B, T, I)), jnp.float32)
+  c = jnp.asarray(rng.normal(size=(B, D)), jnp.float32)
+  mask = jnp.asarray([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0]], bool)
+  gru = skipthoughts.GRU(H, norm)
+  params = gru.init(jax.random.key(1), x, mask, c)["params"]
+  # Gains and biases away from their initial values, so that each one counts.
+  params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(jax.random.key(p.size), p.shape),
+                        params)
+  last, hs = gru.apply({"params": params}, x, mask, c)
+  cell = _cell(norm, H)
+  h = jnp.zeros((B, H))
+  ref = []
+  for t in range(T):
+    new, _ = cell.apply({"params": params}, h, jnp.concatenate([x[:, t], c], -1))
+    h = jnp.where(mask[:, t, None], new, h)
+    ref.append(h)
+  np.testing.assert_allclose(hs, jnp.stack(ref, 1), rtol=2e-5, atol=2e-5)
+  np.testing.assert_allclose(last, h, rtol=2e-5, atol=2e-5)
+
+
+def _model(norm):
+  return skipthoughts.SkipThoughts(V, E, H, norm)
+
+
+@pytest.mark.parametrize("norm", ["none", "layer"])
+def test_decoders_are_conditioned_on_the_sentence_vector(norm):
+  rng = np.random.default_rng(0)
+  m = _model(norm)
+  prev, cur, nxt = (_tokens(rng, 2, 6, [6, 4]) for _ in range(3))
+  params = m.init(jax.random.key(0), prev, cur, nxt)["params"]
+  apply = lambda method, *a: m.apply({"params": params}, *a, method=method)
+  u = apply(skipthoughts.SkipThoughts.encode, cur)
+  dec = lambda u: apply(lambda mod, t, u: mod.decode(mod.decoder_next, t, u), nxt, u)
+  out = dec(u)
+  other = dec(u + 1.0)
+  # Every step's logits depend on u, the first too (its input is the zero vector).
+  assert np.all(np.abs(np.asarray(other - out)).max(-1) > 1e-4)
+  # Each step sees only the tokens before it: changing the last real token of row 0
+  # leaves the earlier steps alone.
+  changed = nxt.at[0, 4].set(3 if int(nxt[0, 4]) != 3 else 4)
+  d = np.abs(np.asarray(dec(u)[0] - apply(
+      lambda mod, t, u: mod.decode(mod.decoder_next, t, u), changed, u)[0])).max(-1)
+  assert np.all(d[:5] == 0) and d[5] > 0
+  # The two decoders differ.
+  assert not np.allclose(out, apply(lambda mod, t, u: mod.decode(mod.decoder_prev, t, u), nxt, u))
+
+
+@pytest.mark.parametrize("norm", ["none", "layer"])
+def test_encoder_ignores_padding(norm):
+  rng = np.random.default_rng(1)
+  m = _model(norm)
+  short = _tokens(rng, 2, 5, [3, 5])
+  params = m.init(jax.random.key(0), short, short, short)["params"]
+  enc = lambda t: m.apply({"params": params}, t, method=skipthoughts.SkipThoughts.encode)
+  longer = jnp.concatenate([short, jnp.zeros((2, 4), jnp.int32)], 1)
+  np.testing.assert_allclose(enc(short), enc(longer), atol=1e-6)
+  changed = short.at[0, 0].set(3 + (int(short[0, 0]) - 2) % (V - 3))  # another word
+  assert not np.allclose(enc(changed)[0], enc(short)[0])
+  np.testing.assert_allclose(enc(changed)[1], enc(short)[1], atol=1e-6)
+
+
+def test_loss_counts_real_tokens_only():
+  rng = np.random.default_rng(2)
+  m = _model("none")
+  prev, cur, nxt = (_tokens(rng, 3, 5, [5, 2, 3]) for _ in range(3))
+  params = m.init(jax.random.key(0), prev, cur, nxt)["params"]
+  total, met = skipthoughts.loss(m, params, prev, cur, nxt)
+  lp, ln = m.apply({"params": params}, prev, cur, nxt)
+  ref = 0.0
+  for logits, toks in ((lp, prev), (ln, nxt)):
+    logp = np.asarray(jax.nn.log_softmax(np.asarray(logits, np.float64)))
+    for b in range(3):
+      for t in range(5):
+        if toks[b, t] != books.PAD:
+          ref -= logp[b, t, toks[b, t]]
+  np.testing.assert_allclose(total, ref / 3, rtol=1e-5)
+  assert met["nll_prev"] > 0 and met["nll_next"] > 0
+
+
+@pytest.mark.parametrize("norm", ["none", "layer"])
+def test_a_few_adam_steps_lower_the_loss_without_nan(norm):
+  rng = np.random.default_rng(3)
+  m = _model(norm)
+  batch = tuple(_tokens(rng, 4, 6, [6, 3, 4, 5]) for _ in range(3))
+  params = m.init(jax.random.key(0), *batch)["params"]
+  opt = optax.chain(optax.clip_by_global_norm(5.0), optax.adam(1e-2))
+  state = opt.init(params)
+
+  @jax.jit
+  def step(params, state):
+    (l, _), g = jax.value_and_grad(lambda p: skipthoughts.loss(m, p, *batch), has_aux=True)(params)
+    u, state = opt.update(g, state, params)
+    return optax.apply_updates(params, u), state, l
+
+  losses = []
+  for _ in range(8):
+    params, state, l = step(params, state)
+    losses.append(float(l))
+  assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+  assert all(np.all(np.isfinite(p)) for p in jax.tree.leaves(params))
+
+
+def test_bad_norm_is_refused():
+  with pytest.raises(ValueError, match="norm='batch' is not valid; choose one of: none, layer"):
+    _model("batch").init(jax.random.key(0), *(jnp.ones((1, 3), jnp.int32),) * 3)
+
+
+def test_make_encoder_matches_the_model_and_keeps_order():
+  m = _model("layer")
+  vocab = books.Vocab.build(["the cat sat", "a dog ran far away"], 30)
+  toks = vocab.encode(["x"], 4)
+  params = m.init(jax.random.key(0), toks, toks, toks)["params"]
+  enc = skipthoughts.make_encoder(m, params, vocab, batch_size=2, max_len=8, buckets=(4,))
+  sents = ["a dog ran far away", "the cat", "sat", "the cat sat on a dog"]
+  out = enc(sents)
+  assert out.shape == (4, H)
+  for s, row in zip(sents, out):
+    ref = m.apply({"params": params}, jnp.asarray(vocab.encode([s], 8)),
+                  method=skipthoughts.SkipThoughts.encode)
+    np.testing.assert_allclose(row, ref[0], atol=1e-5)
