@@ -82,7 +82,8 @@ def series(seeds: Sequence[Metrics], metric: str, x: str = "epoch") -> Series:
     raise ValueError(f"x={x!r} is not valid; choose one of: {', '.join(X_AXES)}")
   # Records without the metric (an evaluation every N steps may log only some
   # metrics) are left out; a later record at the same x replaces an earlier one.
-  per_seed = [{r[x]: r[metric] for r in m if metric in r and x in r} for m in seeds]
+  per_seed = [{r[x]: r[metric] for r in m if metric in r and r.get(x) is not None}
+              for m in seeds]
   xs = sorted(set.intersection(*(set(d) for d in per_seed))) if per_seed else []
   values = np.array([[d[v] for v in xs] for d in per_seed], dtype=np.float64).reshape(
       len(per_seed), len(xs))

@@ -88,9 +88,20 @@ def default_metric(runs: list[dict]) -> str:
   return others[0]
 
 
+# Metrics where higher is better, as the run loop's end-of-run summary has it.
+HIGHER_IS_BETTER = ("accuracy", "acc", "recall")
+
+
+def best_of(metric: str, best: str = "auto") -> str:
+  """min or max: ``best``, or for auto, max for accuracies and recalls."""
+  if best != "auto":
+    return best
+  return "max" if any(w in metric for w in HIGHER_IS_BETTER) else "min"
+
+
 def _final_and_best(metrics: list[dict], metric: str, best: str) -> tuple[dict, dict]:
   have = [m for m in metrics if metric in m]
-  pick = min if best == "min" else max
+  pick = min if best_of(metric, best) == "min" else max
   return have[-1], pick(have, key=lambda m: m[metric])
 
 
@@ -100,8 +111,8 @@ def table(groups: dict[str, list[dict]], metrics: list[str], best: str) -> str:
     fields = [f for f in fields if f != "seed"]
   head = ["run", *fields, "steps", "epochs"]
   for m in metrics:
-    head += [f"final {m}", "at step", f"{'lowest' if best == 'min' else 'highest'} {m}",
-             "at step"]
+    head += [f"final {m}", "at step",
+             f"{'lowest' if best_of(m, best) == 'min' else 'highest'} {m}", "at step"]
   head.append("train time (s)")
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for name, rs in groups.items():
@@ -111,7 +122,7 @@ def table(groups: dict[str, list[dict]], metrics: list[str], best: str) -> str:
                    + " |")
       continue
     row += [_each(r["metrics"][-1]["step"] for r in rs),
-            _each(r["metrics"][-1].get("epoch", "") for r in rs)]
+            _each(_value(r["metrics"][-1].get("epoch")) for r in rs)]
     for m in metrics:
       pairs = [_final_and_best(r["metrics"], m, best) for r in rs]
       row += [figures.mean_sd((f[m] for f, _ in pairs), ".4g"), _each(f["step"] for f, _ in pairs),
@@ -124,7 +135,7 @@ def table(groups: dict[str, list[dict]], metrics: list[str], best: str) -> str:
 
 
 def _value(v) -> str:
-  return v if isinstance(v, str) else json.dumps(v)
+  return "" if v is None else v if isinstance(v, str) else json.dumps(v)
 
 
 def _each(values) -> str:
@@ -138,8 +149,8 @@ def _axis(metric: str) -> figures.Axis:
   return figures.Axis(metric, yscale="log" if log else "linear")
 
 
-def compare(workdirs: list[str], metrics: list[str] | None = None, x: str = "epoch",
-            out: str | Path = "compare.png", best: str = "min",
+def compare(workdirs: list[str], metrics: list[str] | None = None, x: str | None = None,
+            out: str | Path = "compare.png", best: str = "auto",
             group_seeds: bool = False) -> str:
   """Draws the runs' curves into ``out`` and returns the comparison table."""
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
@@ -154,6 +165,8 @@ def compare(workdirs: list[str], metrics: list[str] | None = None, x: str = "epo
       if r["metrics"] and not any(m in rec for rec in r["metrics"]):
         have = sorted(set(k for rec in r["metrics"] for k in rec) - set(NOT_METRICS))
         raise CompareError(f"{r['path']} has no metric {m!r}; its metrics: {', '.join(have)}")
+  if x is None:  # runs measured in updates alone log no epochs
+    x = "epoch" if all(m.get("epoch") is not None for r in runs for m in r["metrics"]) else "step"
   groups = group(runs, group_seeds)
   curves = {n: [r["metrics"] for r in rs] for n, rs in groups.items()}
   try:
@@ -172,10 +185,13 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--metric", action="append", dest="metrics", metavar="M",
                  help="a metric of metrics.jsonl (repeat for more); default: the first of "
                       f"{', '.join(DEFAULT_METRICS[:4])}... that every run has")
-  p.add_argument("--x", default="epoch", choices=figures.X_AXES, help="x axis (default epoch)")
+  p.add_argument("--x", default=None, choices=figures.X_AXES,
+                 help="x axis (default epoch, or step where a run logs no epochs)")
   p.add_argument("--out", default="compare.png", type=Path, help="figure (default compare.png)")
-  p.add_argument("--best", default="min", choices=("min", "max"),
-                 help="whether the best value is the lowest (default) or the highest")
+  p.add_argument("--best", default="auto", choices=("auto", "min", "max"),
+                 help="whether the best value is the lowest or the highest (default auto: the "
+                      f"highest for metrics named with {', '.join(HIGHER_IS_BETTER)}, else the "
+                      "lowest)")
   p.add_argument("--group_seeds", action="store_true",
                  help="runs that differ only in seed: one curve with a band, mean ± sd")
   args = p.parse_args(argv)

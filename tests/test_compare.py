@@ -54,6 +54,24 @@ def test_table_gives_final_and_best_with_their_steps_and_the_config_differences(
   assert t[2][4:12] == ["0.2", "30", "0.3", "10", "0.3333", "30", "1", "10"]
 
 
+def test_accuracies_are_best_highest_and_runs_without_epochs_are_drawn_by_step(tmp_path,
+                                                                            monkeypatch):
+  wd = tmp_path / "rnn"
+  wd.mkdir()
+  (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+      {"step": 200, "epoch": None, "valid_accuracy": 0.5, "valid_nll": 2.0},
+      {"step": 400, "epoch": None, "valid_accuracy": 0.7, "valid_nll": 1.0},
+      {"step": 600, "epoch": None, "valid_accuracy": 0.6, "valid_nll": 1.5}]))
+  drawn = []
+  monkeypatch.setattr(figures, "plot_panels", lambda runs, out, axes, x: drawn.append(x))
+  t = rows(compare.compare([str(wd)], ["valid_accuracy", "valid_nll"], out=tmp_path / "c.png"))
+  assert t[0][1:11] == ["steps", "epochs", "final valid_accuracy", "at step",
+                        "highest valid_accuracy", "at step", "final valid_nll", "at step",
+                        "lowest valid_nll", "at step"]
+  assert t[2][1:12] == ["600", "", "0.6", "600", "0.7", "400", "1.5", "600", "1", "400", ""]
+  assert drawn == ["step"]
+
+
 def test_group_seeds_reports_mean_and_sd_and_keeps_other_settings_apart(tmp_path):
   errors = {0: [0.5, 0.2], 1: [0.4, 0.3], 2: [0.6, 0.1]}
   wds = [str(fake_run(tmp_path / f"ln_s{s}", {"norm": "layer", "seed": s}, e))
