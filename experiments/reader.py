@@ -1,0 +1,194 @@
+"""Question answering with the attentive reader (section 6.2, Figure 2):
+validation error against updates for LSTM, BN-LSTM, BN-everywhere and LN-LSTM.
+
+Data: ``<data_dir>/cnn/questions/{training,validation,test}/*.question``
+(DeepMind's CNN corpus, or the stand-in of ``scripts/make_cloze.py``), read by
+``lnorm.data.cnn_questions``. Every split lives on the device as padded
+arrays; the vocabulary comes from the training split. Each evaluation
+records the error and NLL on the validation and the test split, so that the
+test error of the best validation checkpoint is the test error recorded at
+the step of the lowest ``valid_error`` (``best_valid_test_error``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax.training import train_state
+
+from experiments import loop
+from experiments.errors import check, check_common
+from lnorm import reader
+from lnorm.data import DataError
+from lnorm.data import cnn_questions as cq
+
+INPUTS = ("passage", "passage_mask", "query", "query_mask", "candidates")
+EVAL_SPLITS = {"valid": "validation", "test": "test"}
+
+
+class TrainState(train_state.TrainState):
+  batch_stats: Any = None
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  check_common(config, reader.NORMS)
+  check(not config.bn_everywhere or config.norm == "batch",
+        "bn_everywhere=True needs norm='batch'")
+  for f in ("features", "embed", "attention", "eval_batch_size"):
+    check(config[f] >= 1, f"{f}={config[f]} is not valid; it must be at least 1")
+  for f in ("num_train", "num_eval", "max_passage_tokens", "passage_sentences",
+            "vocab_size", "min_count"):
+    check(config[f] >= 0, f"{f}={config[f]} must be 0 or more")
+  check(config.ln_gain_init > 0, f"ln_gain_init={config.ln_gain_init} must be > 0")
+  check(config.bn_gain_init > 0, f"bn_gain_init={config.bn_gain_init} must be > 0")
+  check(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm} must be >= 0")
+
+
+def _questions(config, split: str, limit: int) -> tuple[list[cq.Question], int]:
+  """A split's questions after truncation and the length cap, and how many
+  were dropped."""
+  qs = cq.load_split(config.data_dir, split, limit)
+  kept = [t for q in qs if (t := cq.truncate_passage(q, config.passage_sentences)) is not None]
+  if config.max_passage_tokens:
+    kept = [q for q in kept if len(q.passage) <= config.max_passage_tokens]
+  return kept, len(qs) - len(kept)
+
+
+def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, int]]:
+  """{split: arrays} for train/valid/test, padded to common lengths, and the
+  model's sizes (vocab_size, num_entities)."""
+  qs, dropped = {}, {}
+  qs["train"], dropped["train"] = _questions(config, "training", config.num_train)
+  for k, split in EVAL_SPLITS.items():
+    qs[k], dropped[k] = _questions(config, split, config.num_eval)
+  for k, v in qs.items():
+    if not v:
+      raise DataError(f"no {k} questions left after passage_sentences="
+                      f"{config.passage_sentences} and max_passage_tokens="
+                      f"{config.max_passage_tokens}")
+  vocab = cq.build_vocab(qs["train"], config.min_count, config.vocab_size)
+  entities = max(cq.num_entities(v) for v in qs.values())
+  Tp = max(len(q.passage) for v in qs.values() for q in v)
+  Tq = max(len(q.query) for v in qs.values() for q in v)
+  arrays = {k: cq.to_arrays(v, vocab, entities, Tp, Tq) for k, v in qs.items()}
+  print("questions: " + ", ".join(f"{k} {len(v)} ({dropped[k]} dropped)"
+                                  for k, v in qs.items())
+        + f" | vocabulary {len(vocab)}, entities {entities}, passage <= {Tp} tokens, "
+        f"query <= {Tq}", flush=True)
+  check(len(qs["train"]) >= config.batch_size,
+        f"batch_size={config.batch_size} is larger than the {len(qs['train'])} "
+        "training questions")
+  return arrays, {"vocab_size": len(vocab), "num_entities": entities}
+
+
+def create_model(config, vocab_size: int, num_entities: int) -> reader.AttentiveReader:
+  return reader.AttentiveReader(
+      vocab_size=vocab_size, num_entities=num_entities, features=config.features,
+      embed=config.embed, attention=config.attention, norm=config.norm,
+      bn_everywhere=config.bn_everywhere, bn_gain_init=config.bn_gain_init, eps=config.eps)
+
+
+@functools.lru_cache(maxsize=None)
+def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTransformation:
+  tx = optax.adam(learning_rate)
+  if grad_clip_norm:
+    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
+  return tx
+
+
+def create_train_state(config, model: reader.AttentiveReader, example: dict[str, np.ndarray],
+                       rng: jax.Array) -> TrainState:
+  inputs = tuple(jnp.asarray(example[k][:2]) for k in INPUTS)
+  variables = jax.jit(functools.partial(reader.init, model, ln_gain_init=config.ln_gain_init)
+                      )(rng, inputs)
+  return TrainState.create(apply_fn=model.apply, params=variables["params"],
+                           batch_stats=variables.get("batch_stats", {}),
+                           tx=optimizer(config.learning_rate, config.grad_clip_norm))
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array]
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One Adam step on the mean cross-entropy; BN uses this batch's statistics."""
+  B = batch["answer"].shape[0]
+
+  def loss_fn(params):
+    logits, upd = state.apply_fn({"params": params, "batch_stats": state.batch_stats},
+                                 *(batch[k] for k in INPUTS), train=True,
+                                 mutable=["batch_stats"])
+    nll, err = reader.loss_and_error(logits, batch["answer"])
+    return nll / B, (err / B, upd.get("batch_stats", {}))
+
+  (loss, (err, stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  state = state.apply_gradients(grads=grads).replace(batch_stats=stats)
+  return state, {"nll": loss, "error": err}
+
+
+def eval_step(state: TrainState, batch: dict[str, jax.Array], w_B: jax.Array) -> jax.Array:
+  """[summed NLL, summed errors] over a chunk, weighted by ``w``; BN uses its
+  running averages."""
+  logits = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats},
+                          *(batch[k] for k in INPUTS), train=False)
+  return jnp.stack(reader.loss_and_error(logits, batch["answer"], w_B))
+
+
+@functools.partial(jax.jit, static_argnames="chunk")
+def evaluate(state: TrainState, data: dict[str, jax.Array], chunk: int
+             ) -> dict[str, jax.Array]:
+  """Mean NLL and error over a whole split, in chunks (the last padded with
+  zero-weight questions)."""
+  n = data["answer"].shape[0]
+  padded = -(-n // chunk) * chunk
+  pad = lambda a: jnp.pad(a, ((0, padded - n),) + ((0, 0),) * (a.ndim - 1))
+  chunks = {k: pad(v).reshape((-1, chunk) + v.shape[1:]) for k, v in data.items()}
+  w = (jnp.arange(padded) < n).astype(jnp.float32).reshape(-1, chunk)
+  sums = jnp.sum(jax.lax.map(lambda b: eval_step(state, b[0], b[1]), (chunks, w)), 0)
+  return {"nll": sums[0] / n, "error": sums[1] / n}
+
+
+def feed(data: dict[str, jax.Array], train_key: jax.Array, batch_size: int
+         ) -> loop.EpochShuffle:
+  return loop.EpochShuffle(
+      data=data, num_examples=int(data["answer"].shape[0]), batch_size=batch_size,
+      shuffle_key=lambda epoch: jax.random.fold_in(train_key, epoch),
+      batch=lambda d, xs: jax.tree.map(lambda a: a[xs["idx"]], d))
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
+  validate(config)
+
+  def setup() -> loop.Task:
+    arrays, sizes = load_data(config)
+    init_key, train_key = jax.random.split(jax.random.key(config.seed))
+    model = create_model(config, **sizes)
+    data = {k: {n: jnp.asarray(a) for n, a in v.items()} for k, v in arrays.items()}
+    train = feed(data["train"], train_key, config.batch_size)
+
+    def evaluate_splits(state: TrainState) -> dict[str, float]:
+      out = {}
+      for k in EVAL_SPLITS:
+        n = int(data[k]["answer"].shape[0])
+        m = evaluate(state, data[k], min(config.eval_batch_size, n))
+        out |= {f"{k}_{name}": float(v) for name, v in m.items()}
+      return out
+
+    return loop.Task(
+        state=create_train_state(config, model, arrays["train"], init_key),
+        train_step=train_step, feed=train, evaluate=evaluate_splits,
+        num_steps=config.num_epochs * train.steps_per_epoch,
+        steps_per_epoch=train.steps_per_epoch, examples_per_step=config.batch_size,
+        show=("train_nll", "valid_error", "test_error"))
+
+  return loop.run(config, workdir, setup)
+
+
+def best_valid(records: list[dict]) -> dict | None:
+  """The record with the lowest valid_error (the earliest on ties): its step,
+  and the test error of that checkpoint."""
+  rs = [r for r in records if "valid_error" in r and np.isfinite(r["valid_error"])]
+  return min(rs, key=lambda r: (r["valid_error"], r["step"])) if rs else None
