@@ -5,6 +5,7 @@ r"""One command per table or figure of the paper.
   python scripts/reproduce.py fig6     [--preset ...]   # Figure 6, permutation-invariant MNIST
   python scripts/reproduce.py convnet  [--preset ...]   # section 6.7
   python scripts/reproduce.py fig4     [--preset ...]   # Figure 4, DRAW on binarized MNIST
+  python scripts/reproduce.py fig2     [--preset ...]   # Figure 2, attentive reader (stand-in data)
   python scripts/reproduce.py geometry                  # section 5.2, Fisher of normalized GLMs
 
 Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<run>``
@@ -357,6 +358,47 @@ def fig4(args) -> None:
   print(md)
 
 
+READER_RUNS = {"lstm": ("LSTM", {"norm": "none"}),
+               "bn": ("BN-LSTM", {"norm": "batch"}),
+               "bn_everywhere": ("BN-everywhere", {"norm": "batch", "bn_everywhere": True}),
+               "ln": ("LN-LSTM", {"norm": "layer"}),
+               "ln_gain01": ("LN-LSTM, gain init 0.1", {"norm": "layer", "ln_gain_init": 0.1})}
+READER_LEVELS = (0.7, 0.6, 0.5, 0.45, 0.4)
+
+
+def fig2(args) -> None:
+  """Figure 2: validation error against updates, the attentive reader."""
+  from experiments.reader import best_valid  # pylint: disable=g-import-not-at-top
+  records = run_all(args, "configs/reader.py",
+                    {k: (k, overrides) for k, (_, overrides) in READER_RUNS.items()})
+  ms = {k: r["metrics"] for k, r in records.items()}
+  figures.plot({READER_RUNS[k][0]: m for k, m in ms.items()}, out_dir(args) / "fig2.png",
+               figures.Axis("valid_error", "validation error"), x="step",
+               title="Attentive reader (paper Figure 2)")
+  c = records["ln"]["config"]
+  md = header(args, list(records.values()), "Figure 2: attentive reader")
+  md += (f"Setting: {c['features']} LSTM units, embedding {c['embed']}, batch "
+         f"{c['batch_size']}, Adam {c['learning_rate']:g}, {c['num_epochs']} epochs, passages "
+         f"<= {c['max_passage_tokens'] or 'any'} tokens, data `{c['data_dir']}`. Errors on "
+         "all validation / test questions kept.\n\n![Figure 2](fig2.png)\n\n"
+         "| run | best valid error | at step | test error there | final valid error | "
+         "s / update |\n|---|---|---|---|---|---|\n")
+  for k, m in ms.items():
+    b = best_valid(m)
+    secs = sum(r["epoch_time_s"] for r in m) / max(m[-1]["step"], 1)
+    md += (f"| {READER_RUNS[k][0]} | {b['valid_error']:.4f} | {b['step']} | "
+           f"{b['test_error']:.4f} | {m[-1]['valid_error']:.4f} | {secs:.3f} |\n")
+  md += "\nUpdates to reach a validation error:\n\n| run | "
+  md += " | ".join(f"<= {v:g}" for v in READER_LEVELS) + " |\n|---|" + "---|" * len(
+      READER_LEVELS) + "\n"
+  for k, m in ms.items():
+    md += f"| {READER_RUNS[k][0]} | " + " | ".join(
+        next((str(r["step"]) for r in m if r.get("valid_error", 1) <= v), "not reached")
+        for v in READER_LEVELS) + " |\n"
+  (out_dir(args) / "results.md").write_text(md)
+  print(md)
+
+
 def _mean_image_nll(config: dict) -> float:
   """Test NLL (nats per image) of independent pixels with the training means."""
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -370,7 +412,7 @@ def _mean_image_nll(config: dict) -> float:
 
 
 TARGETS = {"table1": table1, "fig6_lr": fig6_lr, "fig6": fig6, "convnet": convnet,
-           "fig4": fig4, "geometry": geometry}
+           "fig4": fig4, "fig2": fig2, "geometry": geometry}
 # Targets whose tables and figures report every seed's runs (--seeds N > 1).
 SEEDED = {"fig6", "convnet", "fig4"}
 
