@@ -6,6 +6,7 @@ r"""One command per table or figure of the paper.
   python scripts/reproduce.py convnet  [--preset ...]   # section 6.7
   python scripts/reproduce.py fig4     [--preset ...]   # Figure 4, DRAW on binarized MNIST
   python scripts/reproduce.py fig2     [--preset ...]   # Figure 2, attentive reader (stand-in data)
+  python scripts/reproduce.py fig5     [--preset ...]   # Figure 5, handwriting on IAM-OnDB
   python scripts/reproduce.py geometry                  # section 5.2, Fisher of normalized GLMs
 
 Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<run>``
@@ -131,9 +132,7 @@ def _collect(args, name: str, keep) -> dict:
   dest.mkdir(parents=True, exist_ok=True)
   for f in ("config.json", "metrics.jsonl", *keep):
     shutil.copy2(wd / f, dest / f)
-  record = json.loads((wd / "config.json").read_text())
-  record["metrics"] = [json.loads(l) for l in (wd / "metrics.jsonl").read_text().splitlines()]
-  return record
+  return figures.read_run(wd)
 
 
 def out_dir(args) -> Path:
@@ -399,6 +398,52 @@ def fig2(args) -> None:
   print(md)
 
 
+HW_NAMES = {"none": "Baseline", "layer": "Layer norm"}
+
+
+def fig5(args) -> None:
+  """Figure 5: Graves' handwriting synthesis, NLL per line against updates."""
+  records = run_all(args, "configs/handwriting.py", {n: (n, {"norm": n}) for n in HW_NAMES},
+                    keep=("samples.png", "attention.png"))
+  ms = {n: r["metrics"] for n, r in records.items()}
+  figures.plot_panels({"Handwriting on IAM-OnDB (paper Figure 5)":
+                       {HW_NAMES[n]: m for n, m in ms.items()}}, out_dir(args) / "fig5.png",
+                      [figures.Axis("train_nll", "train NLL (nats per line, first rows)"),
+                       figures.Axis("valid_nll", "validation NLL (nats per line)")], x="step")
+  c = records["none"]["config"]
+  md = header(args, list(records.values()), "Figure 5: handwriting synthesis on IAM-OnDB")
+  md += (f"Setting: {c['num_layers']} LSTM layers of {c['hidden']}, window K={c['num_window']}, "
+         f"{c['num_mixtures']} mixtures, batch {c['batch_size']}, sequences of {c['max_len']} "
+         f"rows, Adam {c['learning_rate']:g}. NLL in nats per line (summed over its rows) on "
+         f"{c['num_eval'] or 'all'} validation lines, "
+         f"{'whole lines' if not c['eval_max_len'] else str(c['eval_max_len']) + ' rows each'}."
+         "\n\n![Figure 5](fig5.png)\n\n| run | final valid NLL | best valid NLL | final "
+         "valid NLL per point | final test NLL | s / update |\n|---|---|---|---|---|---|\n")
+  for n, m in ms.items():
+    secs = sorted(r["epoch_time_s"] / max(r["step"] - p, 1)
+                  for r, p in zip(m, [0] + [x["step"] for x in m]))[len(m) // 2]
+    md += (f"| {HW_NAMES[n]} | {m[-1]['valid_nll']:.1f} | {min(r['valid_nll'] for r in m):.1f} "
+           f"| {m[-1]['valid_nll_point']:.3f} | {m[-1]['test_nll']:.1f} | {secs:.3f} |\n")
+  base = ms["none"][-1]["valid_nll"]
+  top = 100 * math.ceil(base / 100)
+  levels = [top + 400, top + 200, top, base]
+  md += "\nUpdates to reach a validation NLL (the last is the baseline's final):\n\n| run | "
+  md += " | ".join(f"<= {v:.1f}" for v in levels) + " |\n|---|" + "---|" * len(levels) + "\n"
+  for n, m in ms.items():
+    md += f"| {HW_NAMES[n]} | " + " | ".join(
+        next((str(r["step"]) for r in m if r["valid_nll"] <= v), "not reached")
+        for v in levels) + " |\n"
+  md += "\nValidation NLL at matched updates:\n\n| step | " + " | ".join(
+      HW_NAMES[n] for n in ms) + " |\n|---|" + "---|" * len(ms) + "\n"
+  at = [{r["step"]: r["valid_nll"] for r in m} for m in ms.values()]
+  for step in sorted(set.intersection(*(set(a) for a in at))):
+    md += f"| {step} | " + " | ".join(f"{a[step]:.1f}" for a in at) + " |\n"
+  md += ("\nSamples (a test line, then the network writing its text without and with "
+         "bias): `<run>/samples.png`; the window's attention: `<run>/attention.png`.\n")
+  (out_dir(args) / "results.md").write_text(md)
+  print(md)
+
+
 def _mean_image_nll(config: dict) -> float:
   """Test NLL (nats per image) of independent pixels with the training means."""
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -412,7 +457,7 @@ def _mean_image_nll(config: dict) -> float:
 
 
 TARGETS = {"table1": table1, "fig6_lr": fig6_lr, "fig6": fig6, "convnet": convnet,
-           "fig4": fig4, "fig2": fig2, "geometry": geometry}
+           "fig4": fig4, "fig2": fig2, "fig5": fig5, "geometry": geometry}
 # Targets whose tables and figures report every seed's runs (--seeds N > 1).
 SEEDED = {"fig6", "convnet", "fig4"}
 
