@@ -3,7 +3,7 @@ import pytest
 
 from lnorm import fused_layer_norm
 from lnorm import native
-from lnorm import recurrent
+from lnorm.recurrent import lstm_scan
 
 # Implicit rank promotion hides shape bugs: (B, H) + (H,) must be written out.
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -18,7 +18,7 @@ def impl(request, monkeypatch):
     pytest.skip("native kernels unavailable (LNORM_NATIVE=require makes this an error)")
   if request.param == "xla":
     monkeypatch.setattr(fused_layer_norm, "_native_ok", lambda *_: False)
-    monkeypatch.setattr(recurrent, "_native_ok", lambda *_: False)
+    monkeypatch.setattr(lstm_scan, "_native_ok", lambda *_: False)
   jax.clear_caches()  # jit caches hold lowerings made with the other choice
   yield request.param
   jax.clear_caches()
