@@ -52,6 +52,8 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.bn_unbiased = True          # batch norm: N/(N-1) variance (the paper at batch 4)
   c.eval_batch_size = 2000      # evaluation chunk; any size gives the same metrics
   c.scan_epoch = True           # each epoch one jitted lax.scan (else a step per call)
+  c.eval_every_steps = 0        # evaluate (and checkpoint) every N updates too; 0 = per epoch
+  c.steps_per_call = 0          # at most N updates a jitted call (progress moves between); 0 = all to the next evaluation
   if preset == "paper":
     pass
   elif preset == "cpu":

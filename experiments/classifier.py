@@ -1,13 +1,14 @@
-"""The training loop shared by the image classifiers (pi_mnist, convnet).
+"""What the image classifiers (pi_mnist, convnet) share: data, train state,
+steps and evaluation. The run mechanics are experiments/loop.py's.
 
-The whole data set lives on the device; each epoch is one jitted ``lax.scan``
-over its minibatches, so small batches are not ruled by Python dispatch.
+The whole data set lives on the device; the loop runs each epoch as one jitted
+``lax.scan`` over its minibatches (``scan_epoch``), so small batches are not
+ruled by Python dispatch, or as one jitted call per step.
 """
 
 from __future__ import annotations
 
 import functools
-import time
 from typing import Any
 
 import flax.linen as nn
@@ -18,9 +19,8 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from experiments import workdir as wdir
-from experiments.errors import NonFiniteLossError, check, check_common
-from experiments.progress import Progress
+from experiments import loop
+from experiments.errors import check, check_common
 from lnorm.data import mnist
 
 Data = dict[str, tuple[np.ndarray, np.ndarray]]
@@ -56,7 +56,6 @@ def load_data(config, flatten: bool) -> Data:
 
 class TrainState(train_state.TrainState):
   batch_stats: Any
-  epoch: jax.Array
 
 
 def create_train_state(config, model: nn.Module, rng: jax.Array,
@@ -64,8 +63,7 @@ def create_train_state(config, model: nn.Module, rng: jax.Array,
   variables = model.init(rng, jnp.zeros((2, *example_shape), jnp.float32), train=False)
   return TrainState.create(apply_fn=model.apply, params=variables["params"],
                            tx=optax.adam(config.learning_rate),
-                           batch_stats=variables.get("batch_stats", {}),
-                           epoch=jnp.zeros((), jnp.int32))
+                           batch_stats=variables.get("batch_stats", {}))
 
 
 def nll(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
@@ -73,7 +71,7 @@ def nll(logits_BxK: jax.Array, y_B: jax.Array) -> jax.Array:
 
 
 def train_step(state: TrainState, x_BxD: jax.Array, y_B: jax.Array
-               ) -> tuple[TrainState, jax.Array]:
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
   def loss_fn(params):
     logits, updates = state.apply_fn(
         {"params": params, "batch_stats": state.batch_stats}, x_BxD, train=True,
@@ -81,7 +79,7 @@ def train_step(state: TrainState, x_BxD: jax.Array, y_B: jax.Array
     return jnp.mean(nll(logits, y_B)), updates.get("batch_stats", {})
 
   (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  return state.apply_gradients(grads=grads, batch_stats=stats), loss
+  return state.apply_gradients(grads=grads, batch_stats=stats), {"nll": loss}
 
 
 def batch_indices(rng: jax.Array, n: int, batch_size: int) -> jax.Array:
@@ -93,32 +91,13 @@ def batch_indices(rng: jax.Array, n: int, batch_size: int) -> jax.Array:
 @functools.partial(jax.jit, static_argnames="batch_size", donate_argnums=(0,))
 def train_epoch(state: TrainState, x_NxD: jax.Array, y_N: jax.Array, rng: jax.Array,
                 batch_size: int) -> tuple[TrainState, jax.Array]:
-  """One shuffled pass as a single ``lax.scan``; returns the mean NLL."""
+  """One shuffled pass as a single ``lax.scan``; returns the mean NLL. The
+  steps the loop runs, as one function for benchmarks and tests."""
   def body(state, idx_B):
     return train_step(state, x_NxD[idx_B], y_N[idx_B])
 
-  idx_SxB = batch_indices(rng, x_NxD.shape[0], batch_size)
-  state, loss_S = jax.lax.scan(body, state, idx_SxB)
-  return state.replace(epoch=state.epoch + 1), jnp.mean(loss_S)
-
-
-@functools.partial(jax.jit, donate_argnums=(0,))
-def _train_batch(state: TrainState, x_NxD: jax.Array, y_N: jax.Array, idx_B: jax.Array
-                 ) -> tuple[TrainState, jax.Array]:
-  return train_step(state, x_NxD[idx_B], y_N[idx_B])
-
-
-def train_epoch_stepwise(state: TrainState, x_NxD: jax.Array, y_N: jax.Array,
-                         rng: jax.Array, batch_size: int) -> tuple[TrainState, jax.Array]:
-  """The same epoch, one jitted step per minibatch. XLA:CPU runs convolutions
-  ~3x slower inside a scan's while loop (ConvNet, batch 128: 446 vs 158 ms a
-  step), and at 100+ ms a step Python dispatch costs nothing."""
-  idx_SxB = jax.jit(batch_indices, static_argnums=(1, 2))(rng, x_NxD.shape[0], batch_size)
-  losses = []
-  for idx_B in idx_SxB:
-    state, loss = _train_batch(state, x_NxD, y_N, idx_B)
-    losses.append(loss)
-  return state.replace(epoch=state.epoch + 1), jnp.mean(jnp.stack(losses))
+  state, m = jax.lax.scan(body, state, batch_indices(rng, x_NxD.shape[0], batch_size))
+  return state, jnp.mean(m["nll"])
 
 
 def eval_step(state: TrainState, x_BxD: jax.Array, y_B: jax.Array) -> jax.Array:
@@ -144,52 +123,31 @@ def evaluate(state: TrainState, x_NxD: jax.Array, y_N: jax.Array, chunk: int
   return {"nll": sums[0] / n, "error": sums[1] / n}
 
 
-def fit(config: ml_collections.ConfigDict, workdir: str, model: nn.Module, data: Data
-        ) -> TrainState:
-  """Trains on data['train'], evaluating on 'valid' and 'test' after every epoch."""
-  wd = wdir.prepare(workdir, config)
+def task(config: ml_collections.ConfigDict, model: nn.Module, data: Data) -> loop.Task:
+  """Trains on data['train'], evaluating on 'valid' and 'test'."""
   x_tr, y_tr = (jnp.asarray(a) for a in data["train"])
   splits = {s: tuple(jnp.asarray(a) for a in data[s]) for s in ("valid", "test")}
-  steps_per_epoch = len(x_tr) // config.batch_size
-
   root = jax.random.key(config.seed)
-  state = create_train_state(config, model, jax.random.fold_in(root, 0), x_tr.shape[1:])
-  mngr = wdir.checkpoint_manager(wd)
-  state, step = wdir.restore_latest(mngr, state)
-  writer = wdir.MetricsWriter(wd, resume_step=step)
-  if config.scan_epoch:
-    t0 = time.perf_counter()
-    run_epoch = train_epoch.lower(state, x_tr, y_tr, root, batch_size=config.batch_size
-                                  ).compile()
-    print(f"compiled the epoch step in {time.perf_counter() - t0:.1f}s", flush=True)
-  else:
-    run_epoch = functools.partial(train_epoch_stepwise, batch_size=config.batch_size)
-  progress = Progress(config.num_epochs * steps_per_epoch, step, config.batch_size)
-  for epoch in range(int(state.epoch) + 1, config.num_epochs + 1):
-    t0 = time.perf_counter()
-    # The shuffle depends only on (seed, epoch >= 1; 0 is the init): a resumed
-    # run sees the same order.
-    state, train_nll = run_epoch(state, x_tr, y_tr, jax.random.fold_in(root, epoch))
-    train_nll = float(train_nll)
-    dt = time.perf_counter() - t0
-    step = epoch * steps_per_epoch
-    if not np.isfinite(train_nll):
-      last = mngr.latest_step()
-      mngr.close()
-      raise NonFiniteLossError(
-          f"training loss is {train_nll} in epoch {epoch}; stopped. The last good "
-          f"checkpoint (step {last}) is kept in {wd / 'checkpoints'}")
-    metrics = {"train_nll": train_nll, "epoch_time_s": dt,
-               "examples_per_sec": steps_per_epoch * config.batch_size / dt}
+  feed = loop.EpochShuffle(
+      data=(x_tr, y_tr), num_examples=len(x_tr), batch_size=config.batch_size,
+      # The shuffle depends only on (seed, epoch >= 1; 0 is the init).
+      shuffle_key=lambda epoch: jax.random.fold_in(root, epoch),
+      batch=lambda data, xs: (data[0][xs["idx"]], data[1][xs["idx"]]))
+
+  def evaluate_splits(state: TrainState) -> dict[str, float]:
+    out = {}
     for split, (x, y) in splits.items():
       m = evaluate(state, x, y, min(config.eval_batch_size, len(x)))
-      metrics |= {f"{split}_nll": float(m["nll"]), f"{split}_error": float(m["error"])}
-    # Metrics first, then the checkpoint: a run killed in between rewrites the
-    # metrics line on resume instead of losing it.
-    writer.write(step, epoch, metrics)
-    wdir.save(mngr, step, state)
-    progress.report(step, epoch, config.num_epochs, train_nll=train_nll,
-                    valid_error=metrics["valid_error"], test_error=metrics["test_error"])
-  writer.close()
-  mngr.close()
-  return state
+      out |= {f"{split}_nll": float(m["nll"]), f"{split}_error": float(m["error"])}
+    return out
+
+  return loop.Task(
+      state=create_train_state(config, model, jax.random.fold_in(root, 0), x_tr.shape[1:]),
+      train_step=lambda state, batch: train_step(state, *batch), feed=feed,
+      evaluate=evaluate_splits, num_steps=config.num_epochs * feed.steps_per_epoch,
+      steps_per_epoch=feed.steps_per_epoch, examples_per_step=config.batch_size,
+      # XLA:CPU runs convolutions ~3x slower inside a scan's while loop (ConvNet,
+      # batch 128: 446 vs 158 ms a step), and at 100+ ms a step Python dispatch
+      # costs nothing.
+      stepwise=not config.scan_epoch,
+      show=("train_nll", "valid_error", "test_error"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from experiments import classifier
+from experiments import classifier, loop
 from experiments.errors import check
 from lnorm.convnet import ConvNet
 from lnorm.layers import NORMS
@@ -24,5 +24,5 @@ def create_model(config) -> ConvNet:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str
                        ) -> classifier.TrainState:
   validate(config)
-  return classifier.fit(config, workdir, create_model(config),
-                        classifier.load_data(config, flatten=False))
+  return loop.run(config, workdir, lambda: classifier.task(
+      config, create_model(config), classifier.load_data(config, flatten=False)))

@@ -31,3 +31,7 @@ def check_common(config, norms) -> None:
         f"num_epochs={config.num_epochs} is not valid; it must be 0 or more")
   check(config.learning_rate >= 0,
         f"learning_rate={config.learning_rate} is not valid; it must be >= 0")
+  for field in ("eval_every_steps", "steps_per_call", "num_steps"):
+    if field in config:
+      check(isinstance(config[field], int) and config[field] >= 0,
+            f"{field}={config[field]!r} is not valid; it must be 0 or more")

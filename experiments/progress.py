@@ -1,27 +1,76 @@
-"""Terminal progress for long runs: step, rate and ETA."""
+"""Terminal progress for long runs: step, rate and ETA, within an epoch too.
+
+On a terminal, a tqdm bar (on stderr) that moves after every jitted call; in a
+log file, a plain line at most every ``every_s`` seconds. Either way, one line
+per evaluation on stdout.
+"""
+
+from __future__ import annotations
 
 import sys
 import time
 
+from tqdm import tqdm
 
-def _duration(s: float) -> str:
+
+def duration(s: float) -> str:
+  if s == float("inf"):
+    return "?"
   s = int(s)
   return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 class Progress:
-  """Prints one line per report; the rate counts only steps run in this process."""
+  """The rate counts only steps trained in this process, over training time."""
 
-  def __init__(self, total_steps: int, first_step: int, examples_per_step: int):
+  def __init__(self, total_steps: int, first_step: int, examples_per_step: int,
+               steps_per_epoch: int | None, num_epochs: int | None, every_s: float = 60):
     self.total, self.first, self.per_step = total_steps, first_step, examples_per_step
-    self.t0 = time.perf_counter()
+    self.spe, self.num_epochs, self.every_s = steps_per_epoch, num_epochs, every_s
+    self.train_s, self.step, self.last_line = 0.0, first_step, time.perf_counter()
+    self.bar = None
+    if sys.stderr.isatty() and total_steps > first_step:
+      self.bar = tqdm(total=total_steps, initial=first_step, unit="step",
+                      dynamic_ncols=True, file=sys.stderr, leave=False)
 
-  def report(self, step: int, epoch: int, num_epochs: int, **metrics: float) -> None:
-    dt = max(time.perf_counter() - self.t0, 1e-9)
-    rate = (step - self.first) / dt
-    eta = (self.total - step) / rate if rate > 0 else float("inf")
+  def rate(self) -> float:
+    return (self.step - self.first) / self.train_s if self.train_s > 0 else 0.0
+
+  def _where(self, step: int) -> str:
+    if self.spe:
+      epoch = -(-step // self.spe) if step else 1
+      return f"epoch {epoch}/{self.num_epochs} step {step}/{self.total}"
+    return f"step {step}/{self.total}"
+
+  def _speed(self) -> str:
+    rate = self.rate()
+    eta = (self.total - self.step) / rate if rate > 0 else float("inf")
+    return (f"{rate:,.0f} steps/s {rate * self.per_step:,.0f} ex/s | ETA {duration(eta)}"
+            if rate >= 1 else
+            f"{1 / rate if rate else float('inf'):,.2f} s/step {rate * self.per_step:,.1f} "
+            f"ex/s | ETA {duration(eta)}")
+
+  def advance(self, step: int, seconds: float) -> None:
+    """``step`` reached after ``seconds`` more of training."""
+    if self.bar is not None:
+      self.bar.update(step - self.step)
+    self.step, self.train_s = step, self.train_s + seconds
+    now = time.perf_counter()
+    if self.bar is None and now - self.last_line >= self.every_s and step < self.total:
+      print(f"{self._where(step)} | {self._speed()}", flush=True)
+      self.last_line = now
+
+  def report(self, step: int, **metrics: float) -> None:
+    """The line of an evaluation."""
     shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-    print(f"epoch {epoch}/{num_epochs} step {step}/{self.total} | "
-          f"{rate:,.0f} steps/s {rate * self.per_step:,.0f} ex/s | "
-          f"ETA {_duration(eta) if eta != float('inf') else '?'} | {shown}",
-          file=sys.stdout, flush=True)
+    line = f"{self._where(step)} | {self._speed()} | {shown}"
+    if self.bar is not None:
+      self.bar.set_postfix_str(shown, refresh=False)
+      tqdm.write(line, file=sys.stdout)
+    else:
+      print(line, flush=True)
+    self.last_line = time.perf_counter()
+
+  def close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()

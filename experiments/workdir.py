@@ -1,28 +1,47 @@
-"""What a run leaves in its workdir: config.json, metrics.jsonl, TensorBoard
-event files (``tensorboard/``) and Orbax checkpoints (``checkpoints/``)."""
+"""What a run leaves in its workdir, and the checks that keep it whole.
+
+``config.json`` (the resolved config, the git commit, the package versions),
+``metrics.jsonl`` (one JSON object per evaluation), TensorBoard event files
+(``tensorboard/``), Orbax checkpoints (``checkpoints/``) and ``lock`` (held with
+``flock`` for the run's life, so one workdir has one run at a time; the kernel
+drops it when the process dies, so a killed run never blocks the next).
+
+Every filesystem failure is a one-line :class:`UserError`: a workdir that is a
+file or under one, a read-only one, a full disk, a damaged config.json.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
-from experiments.errors import ConfigError
+from experiments.errors import ConfigError, UserError
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ml-collections",
             "numpy", "tensorflow-datasets", "tensorboardX")
-# Fields a resumed run may change: extending a run is the point of resuming.
-RESUMABLE_CHANGES = ("num_epochs",)
+# Fields a resumed run may change. num_epochs and num_steps may only grow:
+# extending a run is the point of resuming. data_dir may move: the loaders
+# verify the files' checksums, so another path holds the same data.
+GROWABLE = ("num_epochs", "num_steps")
+MOVABLE = ("data_dir",)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def git_commit() -> str:
@@ -48,62 +67,234 @@ def versions() -> dict[str, str]:
   return out
 
 
+def os_error(e: OSError, path: Path | str, resume: str = "") -> UserError:
+  """An OSError met while writing ``path`` as one line that says what to do."""
+  if e.errno in _FULL:
+    what = f"no space left on the device writing {path}; free some space"
+  elif e.errno in _READ_ONLY:
+    what = f"cannot write {path} ({os.strerror(e.errno).lower()}); use a writable --workdir"
+  else:
+    what = f"cannot write {path}: {e.strerror or e}"
+  return UserError(what + (f"; {resume}" if resume else ""))
+
+
 def write_atomic(path: Path, text: str) -> None:
+  """Writes all of ``text`` or, on any error, leaves ``path`` as it was."""
   tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(text)
-  os.replace(tmp, path)
+  try:
+    with tmp.open("w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except OSError as e:
+    with contextlib.suppress(OSError):
+      tmp.unlink()
+    raise os_error(e, path) from None
+
+
+def append(path: Path, text: str) -> None:
+  """Appends ``text`` whole or not at all: a failed write (a full disk) is cut
+  back to the file's old length, so no partial line is left behind."""
+  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+  try:
+    size = os.fstat(fd).st_size
+    try:
+      data = text.encode()
+      while data:
+        data = data[os.write(fd, data):]
+    except OSError as e:
+      with contextlib.suppress(OSError):
+        os.ftruncate(fd, size)
+      raise os_error(e, path) from None
+  finally:
+    os.close(fd)
+
+
+def _writable(directory: Path) -> OSError | None:
+  """Creates and removes a probe file in ``directory``; the error if it can't."""
+  try:
+    fd, probe = tempfile.mkstemp(prefix=".probe", dir=directory)
+    os.close(fd)
+    os.unlink(probe)
+  except OSError as e:
+    return e
+  return None
+
+
+def _config_record(wd: Path) -> dict | None:
+  path = wd / "config.json"
+  if not path.exists():
+    return None
+  try:
+    record = json.loads(path.read_text())
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+      raise ValueError("no 'config' object")
+  except (ValueError, OSError) as e:
+    raise UserError(
+        f"{path} is damaged ({e}); restore it from a copy, or start afresh with "
+        f"another --workdir (the checkpoints in {wd} are left as they are)") from None
+  return record
+
+
+def _check_compatible(wd: Path, old: dict, new: dict) -> None:
+  diff = sorted(k for k in old if k not in GROWABLE + MOVABLE and old[k] != new.get(k))
+  if diff:
+    raise ConfigError(
+        f"workdir {wd} holds a run with a different config (fields: "
+        f"{', '.join(diff)}); use a new --workdir or the same config")
+  for k in GROWABLE:
+    if isinstance(old.get(k), int) and isinstance(new.get(k), int) and new[k] < old[k]:
+      raise ConfigError(
+          f"{k}={new[k]} is below the {old[k]} of the run in {wd}; a resumed run may "
+          f"only raise it: use {k}={old[k]} or more, or a new --workdir")
+
+
+class RunDir:
+  """The workdir of one run: checked at once, created only by :meth:`create`.
+
+  Construction checks what can be checked without writing (a file in the way,
+  no write permission, a damaged or other run's config.json) and, if the
+  workdir exists, takes its lock. :meth:`create` makes it, takes the lock if
+  not yet held and writes config.json. Use it as a context manager; the lock
+  goes when the block ends.
+  """
+
+  def __init__(self, workdir: str | os.PathLike[str], config: ml_collections.ConfigDict):
+    self.path = Path(workdir).expanduser().absolute()
+    self.config = config
+    self._lock_fd: int | None = None
+    self._check_path()
+    if self.path.is_dir():
+      self._lock()
+      self._record = _config_record(self.path)
+      if self._record is not None:
+        _check_compatible(self.path, self._record["config"], self.config_json())
+
+  def config_json(self) -> dict:
+    return json.loads(json.dumps(self.config.to_dict()))  # Tuples as JSON lists.
+
+  def _check_path(self) -> None:
+    wd = self.path
+    if wd.exists() and not wd.is_dir():
+      raise UserError(f"workdir {wd} is a file; give a directory (new or of this run)")
+    existing = wd
+    while not existing.exists():
+      existing = existing.parent
+    if not existing.is_dir():
+      raise UserError(f"workdir {wd} is under {existing}, which is a file; give a "
+                      "directory path")
+    e = _writable(existing)
+    if e is not None:
+      raise UserError(f"workdir {wd} is not writable ({existing}: "
+                      f"{os.strerror(e.errno).lower() if e.errno else e}); use a writable "
+                      "--workdir")
+
+  def _lock(self) -> None:
+    if self._lock_fd is not None:
+      return
+    path = self.path / "lock"
+    try:
+      fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+      raise os_error(e, path) from None
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+      os.close(fd)
+      raise UserError(f"workdir {self.path} is in use by another run (pid {holder}); "
+                      "wait for it to end, or use another --workdir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    self._lock_fd = fd
+
+  def create(self) -> Path:
+    """Makes the workdir, holds its lock, writes config.json; returns the path."""
+    try:
+      self.path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+      raise os_error(e, self.path) from None
+    self._lock()
+    # Read again under the lock: another run may have started it meanwhile.
+    old_record = _config_record(self.path)
+    cfg = self.config_json()
+    if old_record is not None:
+      _check_compatible(self.path, old_record["config"], cfg)
+    now = {"git_commit": git_commit(), "versions": versions(),
+           "devices": [str(d) for d in jax.devices()]}
+    if old_record is None:
+      record = {"config": cfg, **now}
+    else:
+      # The run belongs to the code that started it; a resume under other code
+      # or packages is recorded beside it, not over it.
+      record = {**old_record, "config": cfg}
+      seen = [{k: old_record.get(k) for k in now}, *old_record.get("resumed_with", [])]
+      if now != seen[-1]:
+        record["resumed_with"] = seen[1:] + [now]
+    write_atomic(self.path / "config.json",
+                 json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return self.path
+
+  def close(self) -> None:
+    if self._lock_fd is not None:
+      os.close(self._lock_fd)  # Closing the descriptor drops the flock.
+      self._lock_fd = None
+
+  def __enter__(self) -> "RunDir":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
 
 
 def prepare(workdir: str, config: ml_collections.ConfigDict) -> Path:
-  """Creates ``workdir`` and writes config.json; refuses a workdir of another run."""
-  wd = Path(workdir).resolve()
-  cfg = json.loads(json.dumps(config.to_dict()))  # Tuples as JSON lists.
-  old_path = wd / "config.json"
-  old_record = json.loads(old_path.read_text()) if old_path.exists() else None
-  if old_record is not None:
-    old = old_record.get("config", {})
-    # A field the old run did not have was added to the code since: allowed.
-    diff = sorted(k for k in old if k not in RESUMABLE_CHANGES and old[k] != cfg.get(k))
-    if diff:
-      raise ConfigError(
-          f"workdir {wd} holds a run with a different config (fields: "
-          f"{', '.join(diff)}); use a new --workdir or the same config")
-  wd.mkdir(parents=True, exist_ok=True)
-  now = {"git_commit": git_commit(), "versions": versions(),
-         "devices": [str(d) for d in jax.devices()]}
-  if old_record is None:
-    record = {"config": cfg, **now}
-  else:
-    # The run belongs to the code that started it; a resume under other code
-    # or packages is recorded beside it, not over it.
-    record = {**old_record, "config": cfg}
-    seen = [{k: old_record.get(k) for k in now}, *old_record.get("resumed_with", [])]
-    if now != seen[-1]:
-      record["resumed_with"] = seen[1:] + [now]
-  write_atomic(old_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
-  return wd
+  """Checks, creates and records ``workdir`` in one go (the lock is not kept)."""
+  with RunDir(workdir, config) as rd:
+    return rd.create()
+
+
+def read_metrics(path: Path) -> tuple[list[dict], int]:
+  """The records of a metrics.jsonl, and how many lines did not parse (a partial
+  last line is what a full disk or a crash mid-write leaves)."""
+  records, bad = [], 0
+  for line in path.read_text().splitlines() if path.exists() else []:
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+      if not isinstance(record, dict) or "step" not in record:
+        raise ValueError
+      records.append(record)
+    except ValueError:
+      bad += 1
+  return records, bad
 
 
 class MetricsWriter:
   """Appends one JSON object per evaluation to metrics.jsonl and the same
   scalars to TensorBoard. On resume, records past the restored step are
-  dropped: the run will write them again."""
+  dropped (the run writes them again), and so is a partial line."""
 
   def __init__(self, wd: Path, resume_step: int):
     self.path = wd / "metrics.jsonl"
+    self.records: list[dict] = []
     if self.path.exists():
-      kept = [l for l in self.path.read_text().splitlines()
-              if l.strip() and json.loads(l)["step"] <= resume_step]
-      write_atomic(self.path, "".join(l + "\n" for l in kept))
+      records, bad = read_metrics(self.path)
+      if bad:
+        print(f"metrics: dropped {bad} damaged line(s) of {self.path}", flush=True)
+      self.records = [r for r in records if r["step"] <= resume_step]
+      write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
     from tensorboardX import SummaryWriter  # Lazy: it imports protobuf.
     self.tb = SummaryWriter(str(wd / "tensorboard"),
                             purge_step=resume_step + 1 if resume_step else None)
 
-  def write(self, step: int, epoch: int, metrics: dict[str, Any]) -> dict[str, Any]:
-    record = {"step": int(step), "epoch": int(epoch), "wall_time": time.time(),
-              **{k: float(v) for k, v in metrics.items()}}
-    with self.path.open("a") as f:
-      f.write(json.dumps(record) + "\n")
+  def write(self, step: int, epoch: int | float | None, metrics: dict[str, Any]
+            ) -> dict[str, Any]:
+    record = {"step": int(step), **({} if epoch is None else {"epoch": epoch}),
+              "wall_time": time.time(), **{k: float(v) for k, v in metrics.items()}}
+    append(self.path, json.dumps(record) + "\n")
+    self.records.append(record)
     for k, v in metrics.items():
       self.tb.add_scalar(k, float(v), global_step=int(step))
     self.tb.flush()
@@ -120,15 +311,60 @@ def checkpoint_manager(wd: Path, max_to_keep: int = 2) -> ocp.CheckpointManager:
                                            cleanup_tmp_directories=True))
 
 
+def _abstract(state: Any) -> Any:
+  return jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+
+
 def restore_latest(mngr: ocp.CheckpointManager, state: Any) -> tuple[Any, int]:
-  """``(state, step)`` from the latest checkpoint, or the given state and 0."""
-  step = mngr.latest_step()
-  if step is None:
-    return state, 0
-  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-  return mngr.restore(step, args=ocp.args.StandardRestore(abstract)), int(step)
+  """``(state, step)`` from the newest checkpoint that restores, or the given
+  state and 0 if there is none. Newer ones that do not restore (truncated,
+  unreadable) are moved to ``damaged_checkpoints/`` beside ``checkpoints/``,
+  with a line that says so; if none restores, a UserError."""
+  steps = sorted(mngr.all_steps(), reverse=True)
+  failed: list[tuple[int, str]] = []
+  for step in steps:
+    try:
+      restored = mngr.restore(step, args=ocp.args.StandardRestore(_abstract(state)))
+    except Exception as e:  # pylint: disable=broad-except  # Orbax raises many kinds.
+      reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+      failed.append((step, reason))
+      continue
+    if failed:
+      root = Path(mngr.directory)
+      aside = root.parent / "damaged_checkpoints"
+      aside.mkdir(exist_ok=True)
+      for bad, reason in failed:
+        target = aside / f"{bad}-{int(time.time())}"
+        shutil.move(str(root / str(bad)), target)
+        print(f"checkpoint {bad} does not restore ({reason}); moved it to {target} and "
+              f"resumed from checkpoint {step}", flush=True)
+      mngr.reload()
+    return restored, int(step)
+  if failed:
+    step, reason = failed[0]
+    raise UserError(f"no checkpoint in {mngr.directory} restores (the newest, {step}: "
+                    f"{reason}); use a new --workdir, or remove {mngr.directory} to train "
+                    "this run afresh")
+  return state, 0
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: Any) -> None:
-  mngr.save(step, args=ocp.args.StandardSave(state))
-  mngr.wait_until_finished()
+  try:
+    mngr.save(step, args=ocp.args.StandardSave(state))
+    mngr.wait_until_finished()
+  except Exception as e:  # pylint: disable=broad-except  # Orbax wraps the OSError.
+    cause = e
+    while cause is not None and not isinstance(cause, OSError):
+      cause = cause.__cause__ or cause.__context__
+    if cause is None:
+      raise
+    raise os_error(cause, Path(mngr.directory) / str(step),
+                   "the last good checkpoint is kept; rerun the same command to resume"
+                   ) from None
+
+
+@contextlib.contextmanager
+def opened(workdir: str, config: ml_collections.ConfigDict) -> Iterator[Path]:
+  """For a one-shot experiment (no training): the created workdir, locked."""
+  with RunDir(workdir, config) as rd:
+    yield rd.create()

@@ -219,21 +219,3 @@ def test_convnet_on_tiny_fashion_mnist(tmp_path, monkeypatch):
   (m,) = metrics(tmp_path / "run")
   assert int(state.step) == 6 and m["epoch"] == 1 and 0 <= m["test_error"] <= 1
   assert "mean" in state.batch_stats["conv0"]
-
-
-def test_stepwise_epoch_equals_scanned_epoch():
-  import ml_collections
-  import numpy as np
-  from lnorm.mlp import MLP
-  c = ml_collections.ConfigDict({"learning_rate": 1e-2})
-  model = MLP(features=(16, 10), norm="batch", norm_output=True)
-  rng = np.random.default_rng(0)
-  x = jnp.asarray(rng.random((64, 12)), jnp.float32)
-  y = jnp.asarray(rng.integers(0, 10, 64), jnp.int32)
-  new = lambda: classifier.create_train_state(c, model, jax.random.key(0), (12,))
-  a, la = classifier.train_epoch(new(), x, y, jax.random.key(1), batch_size=8)
-  b, lb = classifier.train_epoch_stepwise(new(), x, y, jax.random.key(1), batch_size=8)
-  assert int(a.step) == int(b.step) == 8 and int(a.epoch) == int(b.epoch) == 1
-  np.testing.assert_allclose(la, lb, rtol=1e-5)
-  jax.tree.map(lambda p, q: np.testing.assert_allclose(p, q, rtol=1e-4, atol=1e-6),
-               (a.params, a.batch_stats), (b.params, b.batch_stats))

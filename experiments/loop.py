@@ -1,0 +1,423 @@
+r"""The one run loop: every experiment trains through :func:`run`.
+
+An experiment file (experiments/<name>.py, like a Flax example's train.py) holds
+its data, its model and ``create_train_state``, ``train_step``, ``eval_step`` (an
+``evaluate`` over the splits), and ``train_and_evaluate(config, workdir)``::
+
+  def train_and_evaluate(config, workdir):
+    validate(config)                    # one-line ConfigErrors, before anything
+    def setup() -> loop.Task:           # called after the workdir checks
+      data = load_data(config)
+      return loop.Task(
+          state=create_train_state(config, key),          # any pytree with .step
+          train_step=train_step,                          # (state, batch) -> (state, {name: scalar})
+          feed=loop.EpochShuffle(data=..., num_examples=n, batch_size=b,
+                                 shuffle_key=lambda epoch: ..., batch=...),
+          evaluate=lambda state: {"valid_nll": ..., ...}, # floats, over the splits
+          num_steps=config.num_epochs * steps_per_epoch, steps_per_epoch=steps_per_epoch)
+    return loop.run(config, workdir, setup)
+
+The loop owns the rest: the workdir (lock, config.json, checks), resume from the
+newest checkpoint that restores, metrics.jsonl and TensorBoard, progress, the
+NaN stop, evaluation (every ``config.eval_every_steps`` updates, 0 = at epoch
+ends only, and at every epoch end and the last step), a checkpoint after each
+evaluation, SIGINT/SIGTERM, and the summary. It drives ``train_step`` as a
+jitted ``lax.scan`` over the steps between two evaluations (at most
+``config.steps_per_call`` steps a call, 0 = no limit), with the state donated;
+``Task.stepwise=True`` runs one jitted call per step instead (where XLA is slow
+inside a scan, as for convolutions on CPU). Batches come from a :class:`Feed`,
+a pure function of the step number, so a resumed run sees the same ones. Pass
+what the steps need (the model, shapes) by closure or ``functools.partial``,
+not as static fields of the state. Train metrics are recorded as ``train_<name>``,
+the mean over the steps since the previous record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from experiments import workdir as wdir
+from experiments.errors import NonFiniteLossError, UserError
+from experiments.progress import Progress, duration
+
+Metrics = Mapping[str, jax.Array]
+
+
+class Feed(Protocol):
+  """Where the batches come from: ``plan`` runs outside the jitted call, ``batch``
+  inside it. Both must depend on the step numbers only."""
+
+  data: Any  # pytree of arrays passed to every jitted call (not baked in as constants)
+
+  def plan(self, start: int, stop: int) -> Any:
+    """Per-step inputs for steps ``start .. stop - 1``, stacked on a leading axis."""
+
+  def batch(self, data: Any, xs: Any) -> Any:
+    """Traced: one step's slice of the plan -> the batch ``train_step`` takes."""
+
+
+@dataclasses.dataclass(eq=False)  # Hashed by identity: the static self of _plan.
+class EpochShuffle:
+  """Device-resident data, reshuffled every epoch; the last partial batch is
+  dropped. Step ``s`` is in epoch ``s // steps_per_epoch + 1`` (1-based, so 0 is
+  free for the init key). Each step gets ``idx`` (its rows) and, if
+  ``step_key`` is given, ``key`` = ``step_key(epoch, step within the epoch)``."""
+  data: Any
+  num_examples: int
+  batch_size: int
+  shuffle_key: Callable[[jax.Array], jax.Array]
+  batch: Callable[[Any, Any], Any]
+  step_key: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+
+  @property
+  def steps_per_epoch(self) -> int:
+    return self.num_examples // self.batch_size
+
+  def plan(self, start: int, stop: int) -> Any:
+    spe = self.steps_per_epoch
+    epoch, first = divmod(start, spe)
+    if stop - start > spe - first:
+      raise ValueError(f"steps {start}..{stop} cross an epoch end")
+    return self._plan(jnp.int32(epoch + 1), first, stop - start)
+
+  @functools.partial(jax.jit, static_argnums=(0, 2, 3))
+  def _plan(self, epoch: jax.Array, first: int, n: int) -> Any:
+    spe, b = self.steps_per_epoch, self.batch_size
+    perm = jax.random.permutation(self.shuffle_key(epoch), self.num_examples)
+    idx_SxB = perm[:spe * b].reshape(spe, b)[first:first + n]
+    out = {"idx": idx_SxB}
+    if self.step_key is not None:
+      out["key"] = jax.vmap(lambda s: self.step_key(epoch, s))(jnp.arange(first, first + n))
+    return out
+
+
+@dataclasses.dataclass
+class StepBatches:
+  """Host-side batches, one per step: ``get(step)`` returns step's batch (numpy
+  arrays), e.g. from a data set too large for the device or not in epochs."""
+  get: Callable[[int], Any]
+  data: Any = ()
+
+  def plan(self, start: int, stop: int) -> Any:
+    return jax.tree.map(lambda *a: np.stack(a), *(self.get(s) for s in range(start, stop)))
+
+  def batch(self, data: Any, xs: Any) -> Any:
+    del data
+    return xs
+
+
+@dataclasses.dataclass
+class Task:
+  """What an experiment hands to :func:`run`."""
+  state: Any                       # the fresh train state; ``state.step`` counts updates
+  train_step: Callable[[Any, Any], tuple[Any, Metrics]]
+  feed: Feed
+  evaluate: Callable[[Any], Mapping[str, float]]  # {metric: value}, e.g. valid_nll
+  num_steps: int                   # updates in the whole run
+  steps_per_epoch: int | None = None  # None: a run counted in steps only
+  examples_per_step: int = 1       # for the rates
+  stepwise: bool = False           # one jitted call per step instead of a scan
+  show: tuple[str, ...] = ()       # metrics on the progress line and in the summary
+  finish: Callable[[Any, Path], None] | None = None  # after training, e.g. samples
+
+
+def _pack(m: Metrics) -> jax.Array:
+  # One output array a step: the metric itself if one, else the stacked vector.
+  values = list(m.values())
+  return values[0] if len(values) == 1 else jnp.stack(values)
+
+
+def scan_steps(train_step: Callable, feed: Feed, names: list[str] | None = None
+               ) -> Callable:
+  """``(state, data, xs) -> (state, metrics [S] or [S, K])``: the steps of ``xs``
+  as one ``lax.scan`` (jit it; the loop does, with the state donated). The
+  metric names, in order, go into ``names`` when it is traced."""
+  def chunk(state, data, xs):
+    def body(st, x):
+      st, m = train_step(st, feed.batch(data, x))
+      if names is not None:
+        names[:] = list(m)
+      return st, _pack(m)
+    return jax.lax.scan(body, state, xs)
+  return chunk
+
+
+def one_step(train_step: Callable, feed: Feed, names: list[str] | None = None
+             ) -> Callable:
+  """``(state, data, x) -> (state, metrics)``: one step of the plan, packed as
+  :func:`scan_steps` packs them."""
+  def step(state, data, x):
+    state, m = train_step(state, feed.batch(data, x))
+    if names is not None:
+      names[:] = list(m)
+    return state, _pack(m)
+  return step
+
+
+def schedule(start: int, total: int, steps_per_epoch: int | None, eval_every: int,
+             per_call: int) -> list[tuple[int, int, bool]]:
+  """``(start, stop, evaluate after)`` of each jitted call from ``start`` on.
+  A call never crosses an evaluation or an epoch end."""
+  points = {total}
+  if eval_every:
+    points |= set(range(eval_every, total, eval_every))
+  if steps_per_epoch:
+    points |= set(range(steps_per_epoch, total, steps_per_epoch))
+  out, s = [], start
+  for p in sorted(q for q in points if q > start):
+    while s < p:
+      stop = min(p, s + per_call) if per_call else p
+      out.append((s, stop, stop == p))
+      s = stop
+  return out
+
+
+class _Stop:
+  """SIGINT and SIGTERM ask the loop to stop at its next safe point (the end of
+  the current jitted call); a second one stops at once."""
+
+  def __init__(self):
+    self.signum: int | None = None
+    self._old = {}
+
+  def __enter__(self) -> "_Stop":
+    if threading.current_thread() is threading.main_thread():
+      for s in (signal.SIGINT, signal.SIGTERM):
+        self._old[s] = signal.signal(s, self._handle)
+    return self
+
+  def _handle(self, signum, frame) -> None:
+    if self.signum is not None:
+      signal.signal(signum, signal.SIG_DFL)
+      signal.raise_signal(signum)
+    self.signum = signum
+    print(f"\n{signal.Signals(signum).name}: stopping after the current step(s); "
+          "send it again to stop at once", file=sys.stderr, flush=True)
+
+  def __exit__(self, *exc) -> None:
+    for s, h in self._old.items():
+      signal.signal(s, h)
+
+
+def _resolve_data_dir(config: ml_collections.ConfigDict) -> str | None:
+  if "data_dir" not in config:
+    return None
+  from lnorm.data import resolve_data_dir  # pylint: disable=g-import-not-at-top
+  # Recorded in config.json as resolved: '' would lose $LNORM_DATA_DIR.
+  config.data_dir = str(resolve_data_dir(config.data_dir).absolute())
+  return config.data_dir
+
+
+def _mean(chunks: list[jax.Array], names: list[str], stacked: bool) -> dict[str, float]:
+  """The mean of each metric over the steps of ``chunks`` (outputs of scanned
+  calls, or with ``stacked`` False, of single steps)."""
+  if not chunks:
+    return {}
+  if not stacked:
+    arr = jnp.stack(chunks)
+  else:
+    arr = chunks[0] if len(chunks) == 1 else jnp.concatenate(chunks)
+  means = jnp.mean(arr, 0)
+  if len(names) == 1:
+    return {names[0]: float(means)}
+  return {k: float(v) for k, v in zip(names, means)}
+
+
+def _epoch_of(step: int, spe: int | None) -> int | float | None:
+  if not spe:
+    return None
+  return step // spe if step % spe == 0 else round(step / spe, 6)
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, setup: Callable[[], Task]) -> Any:
+  """Trains the :class:`Task` that ``setup()`` returns in ``workdir``, resuming
+  what is there; returns the final state. ``setup`` runs after the workdir
+  checks, so a bad workdir is reported before the data loads."""
+  t_start = time.perf_counter()
+  with wdir.RunDir(workdir, config) as rd:
+    data_dir = _resolve_data_dir(config)
+    devices = ", ".join(f"{d.platform}:{d.id}" for d in jax.devices())
+    print(f"{config.experiment}: workdir {rd.path}"
+          + (f" | data {data_dir}" if data_dir is not None else "")
+          + f" | devices {devices}", flush=True)
+    task = setup()
+    wd = rd.create()
+    return _train(config, wd, task, t_start)
+
+
+def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: float) -> Any:
+  spe, total = task.steps_per_epoch, task.num_steps
+  eval_every = int(config.get("eval_every_steps", 0) or 0)
+  per_call = int(config.get("steps_per_call", 0) or 0)
+  if eval_every < 0 or per_call < 0:
+    raise UserError("eval_every_steps and steps_per_call must be 0 or more")
+  feed = task.feed
+
+  # Compiled before restoring, from the fresh state, one call per distinct
+  # length: a restored state is committed to a device, and lowering with it
+  # would give other programs than a fresh run's.
+  plan_from_zero = schedule(0, total, spe, eval_every, per_call)
+  calls: dict[int, Any] = {}
+  names: list[str] = []
+  t0 = time.perf_counter()
+  if task.stepwise:
+    if plan_from_zero:
+      a, _, _ = plan_from_zero[0]
+      x0 = jax.tree.map(lambda v: v[0], feed.plan(a, a + 1))
+      calls[1] = jax.jit(one_step(task.train_step, feed, names), donate_argnums=(0,)).lower(
+          task.state, feed.data, x0).compile()
+  else:
+    chunk = jax.jit(scan_steps(task.train_step, feed, names), donate_argnums=(0,))
+    for a, b, _ in plan_from_zero:
+      if b - a not in calls:
+        calls[b - a] = chunk.lower(task.state, feed.data, feed.plan(a, b)).compile()
+  if calls:
+    print(f"compiled the train step in {time.perf_counter() - t0:.1f}s", flush=True)
+
+  mngr = wdir.checkpoint_manager(wd)
+  try:
+    state, step = wdir.restore_latest(mngr, task.state)
+    num_epochs = total // spe if spe else None
+    if step == 0:
+      print(f"fresh run: {total} steps" + (f" ({num_epochs} epochs)" if spe else ""),
+            flush=True)
+    else:
+      print(f"resuming from step {step} of {total}"
+            + (f" (epoch {step // spe} of {num_epochs})" if spe else ""), flush=True)
+    writer = wdir.MetricsWriter(wd, resume_step=step)
+    try:
+      state = _loop(config, wd, task, calls, names, mngr, writer, state, step,
+                    eval_every, per_call, t_start)
+    finally:
+      writer.close()
+  finally:
+    mngr.close()
+  if task.finish is not None:
+    task.finish(state, wd)
+  return state
+
+
+def _loop(config, wd: Path, task: Task, calls, names, mngr, writer, state, first: int,
+          eval_every: int, per_call: int, t_start: float) -> Any:
+  spe, total, feed = task.steps_per_epoch, task.num_steps, task.feed
+  num_epochs = total // spe if spe else None
+  progress = Progress(total, first, task.examples_per_step, spe, num_epochs)
+  pending: list[jax.Array] = []
+  interval_s, interval_steps = 0.0, 0
+  step = first
+  with _Stop() as stop:
+    try:
+      for a, b, evaluate in schedule(first, total, spe, eval_every, per_call):
+        t0 = time.perf_counter()
+        xs = feed.plan(a, b)
+        if task.stepwise:
+          for i in range(b - a):
+            state, m = calls[1](state, feed.data, jax.tree.map(lambda v: v[i], xs))
+            pending.append(m)
+          jax.block_until_ready(state)
+        else:
+          state, m = calls[b - a](state, feed.data, xs)
+          pending.append(m)
+          jax.block_until_ready(m)
+        dt = time.perf_counter() - t0
+        interval_s, interval_steps, step = interval_s + dt, interval_steps + b - a, b
+        progress.advance(step, dt)
+        if evaluate:
+          train = _mean(pending, names, stacked=not task.stepwise)
+          _evaluate_and_save(task, mngr, writer, progress, state, step, train,
+                             interval_s, interval_steps, wd)
+          pending, interval_s, interval_steps = [], 0.0, 0
+        if stop.signum is not None:
+          break
+    finally:
+      progress.close()
+  if stop.signum is not None:
+    last = mngr.latest_step()
+    name = signal.Signals(stop.signum).name
+    raise Stopped(
+        f"stopped by {name} at step {step} of {total}; "
+        + (f"the last checkpoint is step {last}" if last is not None
+           else "no checkpoint was written yet") +
+        f". Rerun the same command to resume", 128 + stop.signum)
+  _summary(task, writer, first, step, progress.train_s, time.perf_counter() - t_start,
+           config)
+  return state
+
+
+class Stopped(UserError):
+  """A run stopped by a signal at a safe point; rerunning resumes it."""
+
+  def __init__(self, message: str, exit_code: int):
+    super().__init__(message)
+    self.exit_code = exit_code
+
+
+def _evaluate_and_save(task: Task, mngr, writer, progress: Progress, state, step: int,
+                       train: dict[str, float], seconds: float, steps: int, wd: Path
+                       ) -> None:
+  spe = task.steps_per_epoch
+  train = {f"train_{k}": v for k, v in train.items()}
+  bad = {k: v for k, v in train.items() if not np.isfinite(v)}
+  if bad:
+    last = mngr.latest_step()
+    where = (f"in epoch {-(-step // spe)} (steps {step - steps + 1}-{step})" if spe
+             else f"in steps {step - steps + 1}-{step}")
+    kept = (f"The last good checkpoint (step {last}) is kept in {wd / 'checkpoints'}"
+            if last is not None else
+            f"No checkpoint was written yet: {wd} has none to resume from")
+    name, value = next(iter(bad.items()))
+    raise NonFiniteLossError(f"{name} is {value} {where}; stopped. {kept}")
+  metrics = {**train, "epoch_time_s": seconds,
+             "examples_per_sec": steps * task.examples_per_step / seconds}
+  metrics |= {k: float(v) for k, v in task.evaluate(state).items()}
+  # Metrics first, then the checkpoint: a run killed in between rewrites the
+  # metrics line on resume instead of losing it.
+  writer.write(step, _epoch_of(step, spe), metrics)
+  wdir.save(mngr, step, state)
+  shown = task.show or tuple(metrics)[:3]
+  progress.report(step, **{k: metrics[k] for k in shown if k in metrics})
+
+
+def _best(records: list[dict], key: str) -> tuple[float, int] | None:
+  vals = [(r[key], r["step"]) for r in records if key in r and np.isfinite(r[key])]
+  if not vals:
+    return None
+  pick = max if any(w in key for w in ("accuracy", "acc", "recall")) else min
+  return pick(vals, key=lambda v: v[0])
+
+
+def _summary(task: Task, writer, first: int, step: int, train_s: float, total_s: float,
+             config) -> None:
+  if step == first:
+    why = ("the config asks for 0 steps" + (
+        f" (num_epochs={config.num_epochs})" if "num_epochs" in config else "")
+        if task.num_steps == 0 else f"the run is already at step {step} of {task.num_steps}")
+    print(f"nothing was trained: {why}", flush=True)
+  records = writer.records
+  if not records:
+    return
+  last = records[-1]
+  shown = task.show or tuple(k for k in last if k not in ("step", "epoch", "wall_time"))[:3]
+  final = " ".join(f"{k}={last[k]:.4g}" for k in shown if k in last)
+  best = []
+  for k in shown:
+    b = _best(records, k)
+    if b is not None:
+      best.append(f"{k}={b[0]:.4g} (step {b[1]})")
+  trained = step - first
+  print(f"done: step {step} of {task.num_steps}"
+        + (f", {trained} trained here in {duration(train_s)} of training"
+           f" ({duration(total_s)} in all)" if trained else "")
+        + f" | final {final} | best {' '.join(best)}", flush=True)
