@@ -161,19 +161,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:
 RNN_COLUMNS = ("W_x re-scaling", "W_x re-centering", "W_h re-scaling", "W_h re-centering")
 
 
-RNN_CELLS = {"LSTM": recurrent.LSTMCell, "LN-LSTM": recurrent.LNLSTMCell,
-             "GRU": recurrent.GRUCell, "LN-GRU": recurrent.LNGRUCell,
-             "LN-LSTM, LN on c only (DRAW)": recurrent.LayerNormCLSTMCell}
+RNN_CELLS = {"LSTM": (recurrent.LSTMCell, "none"), "LN-LSTM": (recurrent.LSTMCell, "layer"),
+             "GRU": (recurrent.GRUCell, "none"), "LN-GRU": (recurrent.GRUCell, "layer"),
+             "LN-LSTM, LN on c only (DRAW)": (recurrent.LSTMCell, "layer_c")}
 
 
 def recurrent_changes(config) -> dict[str, dict[str, float]]:
   """Rows per cell, and per eps in ``config.rnn_eps`` for the normalized ones."""
   rng = np.random.default_rng(config.seed + 1)
   out = {}
-  for name, cell_cls in RNN_CELLS.items():
-    normalized = "eps" in cell_cls.__dataclass_fields__
+  for name, (cell_cls, norm) in RNN_CELLS.items():
+    normalized = norm != "none"
     for eps in (config.rnn_eps if normalized else (None,)):
-      cell = cell_cls(config.rnn_features, eps=eps) if normalized else \
+      cell = cell_cls(config.rnn_features, norm=norm, eps=eps) if normalized else \
           cell_cls(config.rnn_features)
       init, apply = _rnn(cell)
       row = f"{name} (eps={eps:g})" if normalized else name

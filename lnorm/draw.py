@@ -16,9 +16,9 @@ The loss is the negative variational bound in nats, per image:
 (DRAW section 3.2): N x N Gaussian filterbanks placed by five numbers
 computed from h^dec.
 
-``norm`` selects the LSTM: ``none`` (``LSTMCell``), ``layer_c`` (the paper's
-DRAW variant, LN on c_t only, eqs. 29-31: ``LayerNormCLSTMCell``) or
-``layer`` (the LN-LSTM of eqs. 20-22: ``LNLSTMCell``).
+``norm`` selects the LSTM, ``LSTMCell(norm=...)``: ``none``, ``layer_c`` (the
+paper's DRAW variant, LN on c_t only, eqs. 29-31) or ``layer`` (the LN-LSTM of
+eqs. 20-22).
 
 Choices DRAW's paper leaves open, made here:
 
@@ -58,13 +58,8 @@ Carry = tuple[Array, tuple[Array, Array], tuple[Array, Array]]
 
 
 def make_cell(norm: str, features: int, eps: float = 1e-5) -> nn.RNNCellBase:
-  if norm == "none":
-    return recurrent.LSTMCell(features)
-  if norm == "layer_c":
-    return recurrent.LayerNormCLSTMCell(features, eps=eps)
-  if norm == "layer":
-    return recurrent.LNLSTMCell(features, eps=eps)
-  raise ValueError(norms.message(norm, NORMS))
+  norms.check(norm, NORMS)
+  return recurrent.LSTMCell(features, norm=norm, eps=eps)
 
 
 class Attention(NamedTuple):

@@ -21,8 +21,9 @@ Candidates (``--candidates`` picks some by name):
   (the sequence module; 'layer_c' is the DRAW variant), L modules stacked.
   On CPU its time steps run native kernels; ``LSTM(none) xla`` and so on
   are the same modules with ``native=False``, all in XLA (as on a GPU);
-* ``RNN(LSTMCell)``, ``RNN(LNLSTMCell)``, ``RNN(LayerNormCLSTMCell)``,
-  ``RNN(GRUCell)``, ``RNN(LNGRUCell)``: the cells under ``flax.linen.RNN``;
+* ``RNN(LSTMCell(none))``, ``RNN(LSTMCell(layer))``,
+  ``RNN(LSTMCell(layer_c))``, ``RNN(GRUCell(none))``, ``RNN(GRUCell(layer))``:
+  the cells under ``flax.linen.RNN``;
 * ``torch LSTM``: ``torch.nn.LSTM(num_layers=L)`` (fused; oneDNN on CPU,
   cuDNN on a GPU);
 * ``torch LN-LSTM``: eqs. 20-22 in eager PyTorch, one Python loop over time
@@ -83,14 +84,13 @@ SEQ = {"LSTM(none)": ("none", True), "LSTM(layer)": ("layer", True),
        "LSTM(layer_c)": ("layer_c", True),
        "LSTM(none) xla": ("none", False), "LSTM(layer) xla": ("layer", False),
        "LSTM(layer_c) xla": ("layer_c", False)}
-CELLS = {"RNN(LSTMCell)": R.LSTMCell, "RNN(LNLSTMCell)": R.LNLSTMCell,
-         "RNN(LayerNormCLSTMCell)": R.LayerNormCLSTMCell,
-         "RNN(GRUCell)": R.GRUCell, "RNN(LNGRUCell)": R.LNGRUCell}
+# name: (cell class, norm).
+CELLS = {f"RNN({c.__name__}({n}))": (c, n)
+         for c, n in ((R.LSTMCell, "none"), (R.LSTMCell, "layer"),
+                      (R.LSTMCell, "layer_c"), (R.GRUCell, "none"),
+                      (R.GRUCell, "layer"))}
 # The cell each sequence candidate must agree with.
-SAME = {"LSTM(none)": "RNN(LSTMCell)", "LSTM(layer)": "RNN(LNLSTMCell)",
-        "LSTM(layer_c)": "RNN(LayerNormCLSTMCell)",
-        "LSTM(none) xla": "RNN(LSTMCell)", "LSTM(layer) xla": "RNN(LNLSTMCell)",
-        "LSTM(layer_c) xla": "RNN(LayerNormCLSTMCell)"}
+SAME = {s: f"RNN(LSTMCell({n}))" for s, (n, _) in SEQ.items()}
 TORCH = ("torch LSTM", "torch LN-LSTM")
 ALL = tuple(SEQ) + tuple(CELLS) + TORCH
 BASES = ("LSTM(none)", "torch LSTM", "torch LN-LSTM")
@@ -146,7 +146,8 @@ def jax_candidates(names, shape, x, dy, seed):
     elif name in CELLS:
       # parent=None: nn.RNN, not Stack, adopts the cell (as 'cell').
       model = Stack(
-          lambda name, c=CELLS[name]: nn.RNN(c(H, parent=None), name=name), L)
+          lambda name, c=CELLS[name]: nn.RNN(c[0](H, norm=c[1], parent=None),
+                                             name=name), L)
       seq = next((s for s, c in SAME.items() if c == name and s in params),
                  None)
       if seq in params:  # the same numbers as the sequence module

@@ -1,4 +1,5 @@
-"""Recurrent cells against float64 numpy transcriptions of the equations."""
+"""The recurrent cells and the masked scan against float64 numpy
+transcriptions of the paper's equations (tests/recurrent_refs.py)."""
 
 from __future__ import annotations
 
@@ -10,170 +11,37 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnorm import native
+from lnorm import norms
 from lnorm import recurrent as R
-
-B, I, H, T = 3, 4, 5, 6
-EPS = 1e-5
-TOL = dict(rtol=1e-4, atol=2e-5)
+from tests.recurrent_refs import (B, EPS, H, I, LENGTHS, T, TOL, batch_leaves,
+                                  f64, init_cell, inputs, length_mask,
+                                  np_bnlstm, np_bn, np_gru, np_ln, np_lstm,
+                                  np_rnn, perturb, random_carry, sig, wrap)
 
 CELLS = {
-    'LSTMCell': lambda: R.LSTMCell(H),
-    'LNLSTMCell': lambda: R.LNLSTMCell(H),
-    'LayerNormCLSTMCell': lambda: R.LayerNormCLSTMCell(H),
-    'GRUCell': lambda: R.GRUCell(H),
-    'LNGRUCell': lambda: R.LNGRUCell(H),
-    'RNNCell': lambda: R.RNNCell(H),
-    'LNRNNCell': lambda: R.LNRNNCell(H),
-    'BNLSTMCell': lambda: R.BNLSTMCell(H, max_steps=T),
+    'LSTMCell(none)': lambda: R.LSTMCell(H),
+    'LSTMCell(layer)': lambda: R.LSTMCell(H, norm='layer'),
+    'LSTMCell(layer_c)': lambda: R.LSTMCell(H, norm='layer_c'),
+    'GRUCell(none)': lambda: R.GRUCell(H),
+    'GRUCell(layer)': lambda: R.GRUCell(H, norm='layer'),
+    'RNNCell(none)': lambda: R.RNNCell(H),
+    'RNNCell(layer)': lambda: R.RNNCell(H, norm='layer'),
+    'LSTMCell(batch)': lambda: R.LSTMCell(H, norm='batch', max_steps=T),
 }
-PLAIN = [k for k in CELLS if k != 'BNLSTMCell']
-
-
-# ------------------------------------------------------------------ numpy refs
-
-def sig(a):
-  return 1.0 / (1.0 + np.exp(-a))
-
-
-def np_ln(a, g=None, b=None, eps=EPS):
-  mu = a.mean(-1, keepdims=True)
-  var = ((a - mu) ** 2).mean(-1, keepdims=True)
-  y = (a - mu) / np.sqrt(var + eps)
-  if g is not None:
-    y = y * g
-  if b is not None:
-    y = y + b
-  return y
-
-
-def np_bn(a, g, b, mean, var, eps=EPS):
-  y = (a - mean) / np.sqrt(var + eps) * g
-  return y if b is None else y + b
-
-
-def np_lstm(p, kind, carry, x):
-  """Eqs. 17-19 ('plain'), 20-22 ('ln') and 29-31 ('lnc')."""
-  c, h = carry
-  wx, wh = x @ p['kernel_x'], h @ p['kernel_h']
-  if kind == 'ln':
-    z = np_ln(wh, p['gain_h']) + np_ln(wx, p['gain_x']) + p['bias']
-  else:
-    z = wh + wx + p['bias']
-  f, i, o, g = (z[:, k * H:(k + 1) * H] for k in range(4))
-  c = sig(f) * c + sig(i) * np.tanh(g)
-  cn = c if kind == 'plain' else np_ln(c, p['gain_c'], p['bias_c'])
-  h = sig(o) * np.tanh(cn)
-  return (c, h), h
-
-
-def np_gru(p, kind, carry, x):
-  """Eqs. 23-25 ('plain', plus zero-initialised biases) and 26-28 ('ln')."""
-  h = carry
-  wx, wh = x @ p['kernel_x'], h @ p['kernel_h']
-  Wx, Uh = x @ p['kernel_xc'], h @ p['kernel_hc']
-  if kind == 'ln':
-    zr = np_ln(wh, p['gain_h']) + np_ln(wx, p['gain_x']) + p['bias']
-    cand = (np_ln(Wx, p['gain_xc'], p['bias_xc'])
-            + sig(zr[:, H:]) * np_ln(Uh, p['gain_hc'], p['bias_hc']))
-  else:
-    zr = wh + wx + p['bias']
-    cand = Wx + p['bias_c'] + sig(zr[:, H:]) * Uh
-  z = sig(zr[:, :H])
-  h = (1 - z) * h + z * np.tanh(cand)
-  return h, h
-
-
-def np_rnn(p, kind, carry, x):
-  """Eq. 4 ('ln') and the plain RNN."""
-  a = carry @ p['kernel_h'] + x @ p['kernel_x']
-  if kind == 'ln':
-    h = np.tanh(np_ln(a, p['gain'], p['bias']))
-  else:
-    h = np.tanh(a + p['bias'])
-  return h, h
-
-
+PLAIN = [k for k in CELLS if k != 'LSTMCell(batch)']
 NP_STEP = {
-    'LSTMCell': functools.partial(np_lstm, kind='plain'),
-    'LNLSTMCell': functools.partial(np_lstm, kind='ln'),
-    'LayerNormCLSTMCell': functools.partial(np_lstm, kind='lnc'),
-    'GRUCell': functools.partial(np_gru, kind='plain'),
-    'LNGRUCell': functools.partial(np_gru, kind='ln'),
-    'RNNCell': functools.partial(np_rnn, kind='plain'),
-    'LNRNNCell': functools.partial(np_rnn, kind='ln'),
+    'LSTMCell(none)': functools.partial(np_lstm, norm='none'),
+    'LSTMCell(layer)': functools.partial(np_lstm, norm='layer'),
+    'LSTMCell(layer_c)': functools.partial(np_lstm, norm='layer_c'),
+    'GRUCell(none)': functools.partial(np_gru, norm='none'),
+    'GRUCell(layer)': functools.partial(np_gru, norm='layer'),
+    'RNNCell(none)': functools.partial(np_rnn, norm='none'),
+    'RNNCell(layer)': functools.partial(np_rnn, norm='layer'),
 }
 
 
-def np_bnlstm(p, stats, carry, xs, *, train, max_steps, momentum):
-  """Cooijmans et al. 2016 over (T, B, I) inputs; returns ys, carry, stats."""
-  c, h = carry
-  stats = {k: v.copy() for k, v in stats.items()}
-  ys = []
-  for t, x in enumerate(xs):
-    row = min(t, max_steps - 1)
-
-    def bn(name, a, g, b):
-      if not train:
-        return np_bn(a, g, b, stats['mean_' + name][row],
-                     stats['var_' + name][row])
-      mean, var = a.mean(0), a.var(0)
-      if t < max_steps:
-        for k, s in (('mean_' + name, mean), ('var_' + name, var)):
-          stats[k][t] = momentum * stats[k][t] + (1 - momentum) * s
-      return np_bn(a, g, b, mean, var)
-
-    z = (bn('h', h @ p['kernel_h'], p['gain_h'], None)
-         + bn('x', x @ p['kernel_x'], p['gain_x'], None) + p['bias'])
-    f, i, o, g = (z[:, k * H:(k + 1) * H] for k in range(4))
-    c = sig(f) * c + sig(i) * np.tanh(g)
-    h = sig(o) * np.tanh(bn('c', c, p['gain_c'], p['bias_c']))
-    ys.append(h)
-  return np.stack(ys), (c, h), stats
-
-
-# --------------------------------------------------------------------- helpers
-
-def f64(tree):
-  return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), tree)
-
-
-def perturb(params, seed=0):
-  """Moves every parameter off its initial value so gains and biases matter."""
-  leaves, treedef = jax.tree_util.tree_flatten(params)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  leaves = [l + 0.5 * jax.random.normal(k, l.shape, l.dtype)
-            for l, k in zip(leaves, keys)]
-  return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def random_carry(carry, seed=1):
-  """Random floating leaves; integer leaves (BNLSTMCell's t) kept."""
-  leaves, treedef = jax.tree_util.tree_flatten(carry)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  leaves = [jax.random.normal(k, l.shape, l.dtype)
-            if jnp.issubdtype(l.dtype, jnp.floating) else l
-            for l, k in zip(leaves, keys)]
-  return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def inputs(shape, seed=2):
-  return jax.random.normal(jax.random.key(seed), shape)
-
-
-def batch_leaves(carry):
-  return [l for l in jax.tree_util.tree_leaves(carry) if l.ndim > 0]
-
-
-def wrap(tree):
-  """Cell variables as they sit under ``nn.RNN`` / ``Recurrent``."""
-  return {col: {'cell': v} for col, v in tree.items()}
-
-
-def init_cell(cell, batch=B):
-  """Initialises the bare cell (cheaper than tracing a scan)."""
-  x = inputs((batch, I))
-  return cell.init(jax.random.key(0), cell.initialize_carry(None, x.shape), x)
+def bn_cell(max_steps, **kw):
+  return R.LSTMCell(H, norm='batch', max_steps=max_steps, **kw)
 
 
 # --------------------------------------------------------------------- shapes
@@ -226,13 +94,13 @@ def test_matches_numpy_reference(name):
 
 
 def test_lnlstm_carries_raw_cell_and_normalizes_it_only_for_h():
-  cell = R.LNLSTMCell(H)
+  cell = R.LSTMCell(H, norm='layer')
   x = inputs((B, I))
   carry0 = random_carry(cell.initialize_carry(jax.random.key(0), x.shape))
   params = perturb(cell.init(jax.random.key(1), carry0, x)['params'])
   (c, h), y = cell.apply({'params': params}, carry0, x)
   p = f64(params)
-  (c_ref, h_ref), _ = np_lstm(p, 'ln', f64(carry0), f64(x))
+  (c_ref, h_ref), _ = np_lstm(p, 'layer', f64(carry0), f64(x))
   np.testing.assert_allclose(c, c_ref, **TOL)
   np.testing.assert_allclose(h, h_ref, **TOL)
   np.testing.assert_array_equal(y, h)
@@ -247,11 +115,11 @@ def test_lnlstm_carries_raw_cell_and_normalizes_it_only_for_h():
 # ------------------------------------------------------------- initialisation
 
 @pytest.mark.parametrize('name,gains,biases', [
-    ('LNLSTMCell', ['gain_h', 'gain_x', 'gain_c'], ['bias', 'bias_c']),
-    ('LayerNormCLSTMCell', ['gain_c'], ['bias', 'bias_c']),
-    ('LNGRUCell', ['gain_h', 'gain_x', 'gain_xc', 'gain_hc'],
+    ('LSTMCell(layer)', ['gain_h', 'gain_x', 'gain_c'], ['bias', 'bias_c']),
+    ('LSTMCell(layer_c)', ['gain_c'], ['bias', 'bias_c']),
+    ('GRUCell(layer)', ['gain_h', 'gain_x', 'gain_xc', 'gain_hc'],
      ['bias', 'bias_xc', 'bias_hc']),
-    ('LNRNNCell', ['gain'], ['bias']),
+    ('RNNCell(layer)', ['gain'], ['bias']),
 ])
 def test_ln_gains_start_at_one_biases_at_zero(name, gains, biases):
   cell = CELLS[name]()
@@ -262,8 +130,8 @@ def test_ln_gains_start_at_one_biases_at_zero(name, gains, biases):
     np.testing.assert_array_equal(p[k], np.zeros_like(p[k]))
 
 
-@pytest.mark.parametrize('name,n', [('LSTMCell', 4), ('LNLSTMCell', 4),
-                                    ('GRUCell', 2), ('LNRNNCell', 1)])
+@pytest.mark.parametrize('name,n', [('LSTMCell(none)', 4), ('LSTMCell(layer)', 4),
+                                    ('GRUCell(none)', 2), ('RNNCell(layer)', 1)])
 def test_recurrent_kernel_blocks_are_orthogonal(name, n):
   cell = CELLS[name]()
   p = init_cell(cell)['params']
@@ -274,10 +142,9 @@ def test_recurrent_kernel_blocks_are_orthogonal(name, n):
     np.testing.assert_allclose(blk.T @ blk, np.eye(H), atol=1e-5)
 
 
-@pytest.mark.parametrize('cls', [R.LSTMCell, R.LNLSTMCell, R.LayerNormCLSTMCell,
-                                 functools.partial(R.BNLSTMCell, max_steps=2)])
-def test_forget_bias_sets_only_the_forget_slice(cls):
-  cell = cls(H, forget_bias=1.0)
+@pytest.mark.parametrize('norm', R.LSTM_NORMS)
+def test_forget_bias_sets_only_the_forget_slice(norm):
+  cell = R.LSTMCell(H, norm=norm, forget_bias=1.0, max_steps=2)
   p = init_cell(cell)['params']
   want = np.zeros(4 * H)
   want[:H] = 1.0
@@ -286,14 +153,11 @@ def test_forget_bias_sets_only_the_forget_slice(cls):
 
 # ---------------------------------------------------------------------- masks
 
-LENGTHS = [T, 3, 1, 0]
-
-
 def _masked_vs_stepped(cell, cell_vars):
   """Masked ``Recurrent`` run vs. the bare cell stepped L_i times."""
   nb = len(LENGTHS)
   x = inputs((nb, T, I))
-  mask = np.arange(T)[None, :] < np.asarray(LENGTHS)[:, None]
+  mask = length_mask()
   carry0 = random_carry(cell.initialize_carry(None, (nb, I)))
   carry, y = jax.jit(R.Recurrent(cell).apply)(wrap(cell_vars), x, mask,
                                               initial_carry=carry0)
@@ -319,8 +183,8 @@ def test_mask_freezes_carry_and_zeroes_outputs(name):
   _masked_vs_stepped(cell, {'params': perturb(init_cell(cell)['params'])})
 
 
-def test_mask_freezes_bnlstm_in_eval_mode():
-  cell = R.BNLSTMCell(H, max_steps=4, use_running_average=True)
+def test_mask_freezes_batch_lstm_in_eval_mode():
+  cell = bn_cell(4, use_running_average=True)
   v = init_cell(cell)
   stats = jax.tree_util.tree_map(
       lambda a: a + 0.3 * jnp.abs(inputs(a.shape, seed=a.size)),
@@ -348,15 +212,15 @@ def test_mask_shape_is_checked():
     rec.init(jax.random.key(0), x, np.ones((B, T + 1), bool))
 
 
-# ------------------------------------------------------------------ BNLSTMCell
+# ------------------------------------------------------- LSTMCell(norm='batch')
 
 def _bn_setup(max_steps, steps, momentum=0.9, nb=6):
-  cell = R.BNLSTMCell(H, max_steps=max_steps, momentum=momentum)
+  cell = bn_cell(max_steps, momentum=momentum)
   x = inputs((nb, steps, I))
   return cell, x, wrap(init_cell(cell, nb))
 
 
-def test_bnlstm_init():
+def test_batch_lstm_init():
   cell, x, v = _bn_setup(max_steps=4, steps=T)
   # Recurrent creates the running averages although the scan carries them.
   v_rec = jax.jit(R.Recurrent(cell).init)(jax.random.key(0), x)
@@ -377,7 +241,7 @@ def test_bnlstm_init():
 
 
 @pytest.mark.parametrize('max_steps,steps', [(5, 3), (3, 5)])
-def test_bnlstm_training_matches_numpy(max_steps, steps):
+def test_batch_lstm_training_matches_numpy(max_steps, steps):
   cell, x, v = _bn_setup(max_steps, steps)
   params = perturb(v['params'])
   carry0 = random_carry(cell.initialize_carry(None, x.shape[:1] + x.shape[2:]))
@@ -408,9 +272,9 @@ def test_bnlstm_training_matches_numpy(max_steps, steps):
   assert not np.allclose(s['var_c'][0], s['var_c'][1], atol=1e-4)
 
 
-def test_bnlstm_unbiased_variance():
+def test_batch_lstm_unbiased_variance():
   nb = 4
-  cell = R.BNLSTMCell(H, max_steps=2, momentum=0.5, unbiased=True)
+  cell = bn_cell(2, momentum=0.5, unbiased=True)
   v = init_cell(cell, nb)
   params = perturb(v['params'])
   carry0 = random_carry(cell.initialize_carry(None, (nb, I)))
@@ -431,7 +295,7 @@ def test_bnlstm_unbiased_variance():
                              0.5 + 0.5 * wx.var(0, ddof=1), rtol=1e-4)
 
 
-def test_bnlstm_eval_uses_stored_rows_and_clamps_past_max_steps():
+def test_batch_lstm_eval_uses_stored_rows_and_clamps_past_max_steps():
   max_steps, steps = 3, 5
   cell, x, v = _bn_setup(max_steps, steps)
   cell = cell.clone(use_running_average=True)
@@ -459,7 +323,7 @@ def test_bnlstm_eval_uses_stored_rows_and_clamps_past_max_steps():
   assert not np.allclose(ys_train, ys, atol=1e-2)
 
 
-def test_bnlstm_under_nn_rnn():
+def test_batch_lstm_under_nn_rnn():
   cell, x, v = _bn_setup(max_steps=4, steps=T)
   init_rnn = nn.RNN(cell, variable_broadcast=('params', 'batch_stats'))
   v_rnn = init_rnn.init(jax.random.key(0), x)
@@ -491,7 +355,7 @@ def test_bnlstm_under_nn_rnn():
 def test_gradients_are_finite(name):
   cell = CELLS[name]()
   x = inputs((len(LENGTHS), T, I))
-  mask = np.arange(T)[None, :] < np.asarray(LENGTHS)[:, None]
+  mask = length_mask()
   rec = R.Recurrent(cell)
   v = wrap(init_cell(cell))
   stats = v.get('batch_stats', {})
@@ -508,242 +372,83 @@ def test_gradients_are_finite(name):
   assert np.any(np.abs(g['cell']['kernel_h']) > 0)
 
 
-# ------------------------------------------------------------ sequence LSTM
+# ---------------------------------------------------------------- norm names
 
-SEQ_CELLS = {'none': R.LSTMCell, 'layer': R.LNLSTMCell,
-             'layer_c': R.LayerNormCLSTMCell}
-
-
-def _seq_setup(norm, dtype=jnp.float32, seed=0, features=H):
-  """Perturbed parameters shared by ``LSTM(norm)`` and its cell."""
-  nb = len(LENGTHS)
-  x = inputs((nb, T, I)).astype(dtype)
-  lstm = R.LSTM(features, norm=norm, return_carry=True, param_dtype=dtype)
-  params = perturb(lstm.init(jax.random.key(seed), x)['params'], seed)
-  carry0 = random_carry((jnp.zeros((nb, features), dtype),) * 2)
-  mask = np.arange(T)[None, :] < np.asarray(LENGTHS)[:, None]
-  cell = SEQ_CELLS[norm](features, param_dtype=dtype)
-  return lstm, cell, params, x, carry0, mask
-
-
-def _seq_grad(run):
-  """Gradient of a scalar of y and the final carry, with (y, c, h) as aux."""
-
-  def loss(params, x, carry0):
-    (c, h), y = run(params, x, carry0)
-    w = jnp.cos(jnp.arange(y.size, dtype=y.dtype)).reshape(y.shape)
-    return (jnp.sum(y * w) + jnp.sum(c * jnp.sin(c)) + jnp.sum(h ** 2),
-            (y, c, h))
-
-  return jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))
+@pytest.mark.parametrize('cls,valid', [(R.LSTMCell, R.LSTM_NORMS),
+                                       (R.GRUCell, R.GRU_NORMS),
+                                       (R.RNNCell, R.RNN_NORMS)])
+def test_unsupported_norm_is_a_one_line_error_naming_the_valid_ones(cls, valid):
+  assert set(valid) <= set(norms.NORMS)
+  for norm in norms.NORMS:
+    if norm in valid:
+      continue
+    with pytest.raises(ValueError) as e:
+      cls(H, norm=norm)
+    msg = str(e.value)
+    assert '\n' not in msg and repr(norm) in msg
+    assert msg.endswith(', '.join(valid))
+  with pytest.raises(ValueError, match='layer_norm'):
+    cls(H, norm='layer_norm')
 
 
-def _seq_runs(lstm, cell, mask):
-  def ours(p, x, carry0):
-    return lstm.apply({'params': p}, x, mask, initial_carry=carry0)
-
-  def ref(p, x, carry0):
-    return R.Recurrent(cell).apply({'params': {'cell': p}}, x, mask,
-                                   initial_carry=carry0)
-
-  return ours, ref
+def test_batch_lstm_needs_max_steps():
+  with pytest.raises(ValueError, match='max_steps'):
+    R.LSTMCell(H, norm='batch')
 
 
-# 256 units with the batch of 4: B * H reaches the size at which the native
-# kernels split each step's rows among XLA's threads (lstm_cpu.cc, ForRows).
-@pytest.mark.parametrize('features', [H, 256])
-@pytest.mark.parametrize('masked', [False, True])
-@pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_matches_recurrent_cell(norm, masked, features, impl):
-  """Outputs, final carry and all gradients equal those of the cell's scan."""
-  lstm, cell, params, x, carry0, mask = _seq_setup(norm, features=features)
-  mask = mask if masked else None
-  ours, ref = _seq_runs(lstm, cell, mask)
-  g, (y, c, h) = _seq_grad(ours)(params, x, carry0)
-  g_ref, (y_ref, c_ref, h_ref) = _seq_grad(ref)(params, x, carry0)
-  # The perturbed W_h makes pre-activations sums of `features` terms of
-  # size ~0.5: their float32 rounding grows with the width.
-  tol = dict(rtol=1e-5, atol=1e-6 if features == H else 2e-5)
-  np.testing.assert_allclose(y, y_ref, **tol)
-  np.testing.assert_allclose(c, c_ref, **tol)
-  np.testing.assert_allclose(h, h_ref, **tol)
-  if masked:
-    np.testing.assert_array_equal(y[np.logical_not(mask)], 0.0)
-  assert (jax.tree_util.tree_structure(g)
-          == jax.tree_util.tree_structure(g_ref))
-  for a, b in zip(jax.tree_util.tree_leaves(g),
-                  jax.tree_util.tree_leaves(g_ref)):
-    scale = float(np.max(np.abs(b)))
-    assert scale > 0
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * scale)
+# -------------------------------------------------------------------- dtypes
 
-
-@pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_gradients_exact_in_float64(norm):
-  """The hand-written backward is the derivative, not an approximation."""
+@pytest.mark.parametrize('name', PLAIN)
+def test_float64_params_match_numpy_to_float64_precision(name):
+  """``param_dtype=float64`` computes in float64: the equations to 1e-10."""
   with jax.enable_x64(True):
-    lstm, cell, params, x, carry0, mask = _seq_setup(norm, jnp.float64)
-    ours, ref = _seq_runs(lstm, cell, mask)
-    g, _ = _seq_grad(ours)(params, x, carry0)
-    g_ref, _ = _seq_grad(ref)(params, x, carry0)
-    for a, b in zip(jax.tree_util.tree_leaves(g),
-                    jax.tree_util.tree_leaves(g_ref)):
-      assert a.dtype == jnp.float64
-      np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    cell = CELLS[name]().clone(param_dtype=jnp.float64)
+    x = f64(inputs((B, T, I)))
+    params = perturb(init_cell(cell)['params'])
+    assert all(l.dtype == jnp.float64 for l in jax.tree.leaves(params))
+    carry0 = f64(random_carry(cell.initialize_carry(None, (B, I))))
+    carry, y = nn.RNN(cell, return_carry=True).apply(
+        wrap({'params': params}), x, initial_carry=carry0)
+    assert y.dtype == jnp.float64
+    c_np, ys = f64(carry0), []
+    for t in range(T):
+      c_np, y_t = NP_STEP[name](f64(params), carry=c_np, x=x[:, t])
+      ys.append(y_t)
+    np.testing.assert_allclose(y, np.stack(ys, 1), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_matches_nn_rnn_and_defaults(norm, impl):
-  """No mask, zero initial carry, y only: as ``nn.RNN(cell)``."""
-  lstm, cell, params, x, _, _ = _seq_setup(norm)
-  y = jax.jit(R.LSTM(H, norm=norm).apply)({'params': params}, x)
-  y_ref = jax.jit(nn.RNN(cell).apply)({'params': {'cell': params}}, x)
-  np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize('masked', [False, True])
-@pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
-  if not native.load():
-    pytest.skip('native kernels unavailable')
-  lstm, _, params, x, carry0, mask = _seq_setup(norm)
-  mask = mask if masked else None
-  ours, _ = _seq_runs(lstm, None, mask)
-  text = jax.jit(_seq_grad(ours)).lower(params, x, carry0).as_text()
-  assert 'lnorm_lstm_fwd' in text and 'lnorm_lstm_bwd' in text
-  with jax.enable_x64(True):  # float64 keeps to XLA
-    lstm64, _, p64, x64, c64, _ = _seq_setup(norm, jnp.float64)
-    ours64, _ = _seq_runs(lstm64, None, None)
-    assert 'lnorm_lstm' not in jax.jit(ours64).lower(p64, x64, c64).as_text()
-
-
-@pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_second_order_and_vmap(norm, impl):
-  """Higher-order derivatives and vmap, which the kernels leave to XLA,
-  against the cell's scan."""
-  lstm, cell, params, x, carry0, _ = _seq_setup(norm)
-  ours, ref = _seq_runs(lstm, cell, None)
-
-  def grad_norm(run):
-    def f(p):
-      g = jax.grad(lambda x: jnp.sum(jnp.sin(run(p, x, carry0)[1])))(x)
-      return jnp.sum(g * g)
-    return jax.grad(f)
-
-  for a, b in zip(jax.tree_util.tree_leaves(grad_norm(ours)(params)),
-                  jax.tree_util.tree_leaves(grad_norm(ref)(params))):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(b))))
-  xs = jnp.stack([x, 2 * x])
-  y = jax.vmap(lambda x: ours(params, x, carry0)[1])(xs)
-  for k in range(2):
-    np.testing.assert_allclose(y[k], ref(params, xs[k], carry0)[1],
-                               rtol=1e-5, atol=1e-6)
-
-
-def test_lstm_layer_norm_far_from_zero(impl):
-  """Centring the kernels (LN as RMSNorm) loses no accuracy to the cell.
-
-  Kernel rows with a large common component make W x and W h far from zero
-  mean, which layer norm must remove; both float32 paths are compared with
-  the cell in float64.
-  """
-  lstm, cell, params, x, carry0, mask = _seq_setup('layer')
-  params = dict(params, kernel_x=params['kernel_x'] + 30.0,
-                kernel_h=params['kernel_h'] - 20.0)
-  (_, _), y = lstm.apply({'params': params}, x, mask, initial_carry=carry0)
-  _, y32 = R.Recurrent(cell).apply({'params': {'cell': params}}, x, mask,
-                                   initial_carry=carry0)
+@pytest.mark.parametrize('name', list(CELLS))
+def test_float32_params_and_outputs_with_x64_enabled(name):
+  """As Flax's layers: float32 inputs and the default param_dtype give
+  float32 parameters, carries and outputs even under jax_enable_x64."""
   with jax.enable_x64(True):
-    cell64 = R.LNLSTMCell(H, param_dtype=jnp.float64)
-    _, y64 = R.Recurrent(cell64).apply(
-        {'params': {'cell': f64(params)}}, f64(x), mask,
-        initial_carry=f64(carry0))
-    y64 = np.asarray(y64)
-  err, err_cell = np.max(np.abs(y - y64)), np.max(np.abs(y32 - y64))
-  assert err < 1e-5 and err <= 2 * err_cell + 1e-6
+    cell = CELLS[name]()
+    x = inputs((B, T, I)).astype(jnp.float32)
+    v = R.Recurrent(cell).init(jax.random.key(0), x)
+    for leaf in jax.tree.leaves(v['params']):
+      assert leaf.dtype == jnp.float32
+    (carry, y), _ = R.Recurrent(cell).apply(v, x, mutable=['batch_stats'])
+    assert y.dtype == jnp.float32
+    for leaf in batch_leaves(carry):
+      assert leaf.dtype == jnp.float32
 
 
-@pytest.mark.parametrize('norm,names', [
-    ('none', {'kernel_x', 'kernel_h', 'bias'}),
-    ('layer', {'kernel_x', 'kernel_h', 'bias', 'gain_h', 'gain_x', 'gain_c',
-               'bias_c'}),
-    ('layer_c', {'kernel_x', 'kernel_h', 'bias', 'gain_c', 'bias_c'}),
-])
-def test_lstm_params_are_the_cells(norm, names):
+@pytest.mark.parametrize('name', list(CELLS))
+def test_bfloat16_compute_keeps_the_carry_type(name):
+  """``dtype=bfloat16`` runs the matmuls and norms in bfloat16; parameters
+  stay float32 and each step returns the carry's dtype, so nn.RNN's scan
+  keeps its carry type."""
+  cell = CELLS[name]()
+  half = cell.clone(dtype=jnp.bfloat16)
   x = inputs((B, T, I))
-  p = R.LSTM(H, norm=norm, forget_bias=1.0).init(jax.random.key(0), x)[
-      'params']
-  cell = SEQ_CELLS[norm](H, forget_bias=1.0)
-  p_cell = init_cell(cell)['params']
-  assert set(p) == set(p_cell) == names
-  for k in names:
-    assert p[k].shape == p_cell[k].shape and p[k].dtype == jnp.float32
-    if not k.startswith('kernel'):
-      np.testing.assert_array_equal(p[k], p_cell[k])  # gains 1, biases 0
-  k_h = np.asarray(p['kernel_h'], np.float64)
-  for j in range(4):
-    blk = k_h[:, j * H:(j + 1) * H]
-    np.testing.assert_allclose(blk.T @ blk, np.eye(H), atol=1e-5)
-
-
-def test_lstm_batch_axes_and_carry():
-  """Any number of batch axes; the final carry continues the sequence."""
-  lstm = R.LSTM(H, norm='layer', return_carry=True)
-  x = inputs((2, 3, T, I))
-  params = perturb(lstm.init(jax.random.key(0), x)['params'])
-  apply = jax.jit(lstm.apply)
-  (c, h), y = apply({'params': params}, x)
-  assert y.shape == (2, 3, T, H) and c.shape == h.shape == (2, 3, H)
-  (_, _), y_flat = apply({'params': params}, x.reshape(6, T, I))
-  np.testing.assert_allclose(y.reshape(6, T, H), y_flat, rtol=1e-6,
-                             atol=1e-7)
-  (_, _), y1 = apply({'params': params}, x[0, 0])  # no batch axis
-  np.testing.assert_allclose(y1, y[0, 0], rtol=1e-6, atol=1e-7)
-  # Two halves with the carry handed over equal the whole.
-  k = T // 2
-  (c1, h1), ya = apply({'params': params}, x[..., :k, :])
-  (c2, h2), yb = apply({'params': params}, x[..., k:, :],
-                       initial_carry=(c1, h1))
-  np.testing.assert_allclose(jnp.concatenate([ya, yb], -2), y, rtol=1e-5,
-                             atol=1e-6)
-  np.testing.assert_allclose(c2, c, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(h2, h, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize('norm', list(SEQ_CELLS))
-def test_lstm_empty_batch(norm, impl):
-  """A batch of none: empty outputs and zero gradients."""
-  lstm = R.LSTM(H, norm=norm)
-  params = lstm.init(jax.random.key(0), inputs((B, T, I)))
-  x = jnp.zeros((0, T, I))
-  loss = lambda p: jnp.sum(lstm.apply(p, x))
-  y = jax.jit(lstm.apply)(params, x)
-  grads = jax.jit(jax.grad(loss))(params)
-  assert y.shape == (0, T, H)
-  assert all(bool(jnp.all(g == 0)) for g in jax.tree.leaves(grads))
-
-
-def test_lstm_checks_arguments():
-  x = inputs((B, T, I))
-  with pytest.raises(ValueError, match='norm'):
-    R.LSTM(H, norm='batch').init(jax.random.key(0), x)
-  with pytest.raises(ValueError, match='mask'):
-    R.LSTM(H).init(jax.random.key(0), x, np.ones((B, T + 1), bool))
-  with pytest.raises(ValueError, match='time axis'):
-    R.LSTM(H).init(jax.random.key(0), x[0, 0])
-
-
-def test_lstm_bfloat16_compute():
-  lstm, _, params, x, carry0, mask = _seq_setup('layer')
-  half = lstm.clone(dtype=jnp.bfloat16)
-
-  def loss(p):
-    (c, h), y = half.apply({'params': p}, x, mask, initial_carry=carry0)
-    return jnp.sum(y.astype(jnp.float32)), (y, c, h)
-
-  g, (y, c, h) = jax.jit(jax.grad(loss, has_aux=True))(params)
-  (_, _), y32 = lstm.apply({'params': params}, x, mask, initial_carry=carry0)
-  assert y.dtype == c.dtype == h.dtype == jnp.bfloat16
-  np.testing.assert_allclose(np.asarray(y, np.float32), y32, atol=5e-2)
-  for leaf in jax.tree_util.tree_leaves(g):
-    assert leaf.dtype == jnp.float32 and np.all(np.isfinite(leaf))
+  v = init_cell(cell)
+  params = perturb(v['params'])
+  variables = wrap(dict(v, params=params))
+  (_, y32), _ = R.Recurrent(cell).apply(variables, x, mutable=['batch_stats'])
+  (carry, y16), _ = R.Recurrent(half).apply(variables, x,
+                                            mutable=['batch_stats'])
+  assert y16.dtype == jnp.float32
+  for leaf in batch_leaves(carry):
+    assert leaf.dtype == jnp.float32
+  err = float(np.max(np.abs(y16 - y32)))
+  assert 0 < err < 0.1  # bfloat16 rounding: changed, but only a little

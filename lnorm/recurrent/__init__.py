@@ -1,4 +1,19 @@
-"""Recurrent cells, the masked scan and the sequence LSTM (being split into
-this package's modules)."""
+"""Recurrent layers of the paper, with the norms of ``lnorm.norms``.
 
-from lnorm.recurrent.lstm_scan import *  # noqa: F401,F403
+* ``cells.py``: ``LSTMCell``, ``GRUCell`` and ``RNNCell``, one per recurrence,
+  each with a ``norm`` field; ``nn.RNN(cell)`` scans them.
+* ``masked_scan.py``: ``Recurrent``, a cell scanned with a (batch, time) mask
+  that freezes the carry past the end of each sequence.
+* ``lstm.py``: ``LSTM``, a whole-sequence LSTM layer that computes what
+  scanning ``LSTMCell`` computes, faster: the path for stacks of LSTMs over
+  sequences known in advance. ``lstm_scan.py`` holds its scans, custom VJP
+  and native-kernel dispatch.
+"""
+
+from lnorm.recurrent.cells import (GRU_NORMS, LSTM_NORMS, RNN_NORMS, GRUCell,
+                                   LSTMCell, RNNCell)
+from lnorm.recurrent.lstm import LSTM
+from lnorm.recurrent.masked_scan import Recurrent
+
+__all__ = ['LSTMCell', 'GRUCell', 'RNNCell', 'Recurrent', 'LSTM',
+           'LSTM_NORMS', 'GRU_NORMS', 'RNN_NORMS']

@@ -1,0 +1,135 @@
+"""``LSTM``: an LSTM layer over whole sequences, the fast path for stacks."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import linen as nn
+from flax.linen import initializers
+from flax.linen.dtypes import promote_dtype
+from flax.typing import Array, Dtype, Initializer
+
+from lnorm import norms
+from lnorm.recurrent.cells import (default_kernel_init,
+                                   default_recurrent_kernel_init,
+                                   lstm_bias_init, stacked)
+from lnorm.recurrent.lstm_scan import NORMS, center, lstm_scan, proj
+
+
+class LSTM(nn.Module):
+  """An LSTM layer over whole sequences: (*batch, T, in) -> (*batch, T, H).
+
+  ``norm`` selects the cell it computes, ``LSTMCell(features, norm=norm)``,
+  with that cell's parameter names, shapes and initialisers: 'none' (eqs.
+  17-19), 'layer' (the LN-LSTM, eqs. 20-22) or 'layer_c' (eqs. 29-31, the
+  DRAW variant). It equals ``Recurrent(cell)`` (without a mask,
+  ``nn.RNN(cell)``) on the same parameters up to float32 rounding, and
+  trains faster (BENCHMARKS.md): W_x x is one matmul over all steps, the
+  backward is hand-written, and on CPU each step's elementwise work is one
+  native kernel.
+
+  Use it whenever the layer's whole input sequence is known before it runs:
+  an encoder or classifier over sequences, a language model trained with
+  teacher forcing, each layer of a stack. Scan the cell instead
+  (``nn.RNN(LSTMCell(...))``, ``Recurrent`` or one ``cell(carry, x_t)`` per
+  step) when each step's input depends on the previous step's output: when
+  sampling from the model, or when the output steers what is read next (an
+  attention window fed back, as in DRAW). The parameters are the same, so a
+  model trained with ``LSTM`` can be sampled with ``LSTMCell``:
+  ``LSTMCell(H, norm=norm).apply({'params': lstm_params}, carry, x_t)``.
+
+  Stack one module per layer; a skip connection feeds a layer's input
+  forward around it::
+
+      class Encoder(nn.Module):
+        features: int
+
+        @nn.compact
+        def __call__(self, x, mask=None):
+          h1 = LSTM(self.features, norm='layer')(x, mask)
+          h2 = h1 + LSTM(self.features, norm='layer')(h1, mask)  # residual
+          return h2
+
+  Graves-style skips concatenate instead: the second layer reads
+  ``jnp.concatenate([x, h1], -1)``, and the output layer all of h1, h2.
+
+  ``mask`` (*batch, T) works as in ``Recurrent``: where it is False the carry
+  is frozen and the output is 0. ``initial_carry`` is ``(c, h)``, each
+  (*batch, H), zeros by default. Returns ``y``, or ``((c_T, h_T), y)`` with
+  ``return_carry``. ``dtype`` is the compute dtype and that of the outputs
+  (None: promoted from the input and parameters; statistics accumulate in
+  at least float32), ``param_dtype`` that of the parameters. ``unroll`` goes
+  to both scans. On CPU, float32 scans run each time step's elementwise work
+  (everything but the matmuls with W_h) as one native kernel
+  (``lnorm/native``); ``native=False`` keeps them in XLA, as on other
+  platforms.
+  """
+
+  features: int
+  norm: str = 'none'
+  eps: float = 1e-5
+  forget_bias: float = 0.0
+  return_carry: bool = False
+  unroll: int = 1
+  native: bool = True
+  kernel_init: Initializer = default_kernel_init
+  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
+  bias_init: Initializer = initializers.zeros_init()
+  dtype: Dtype | None = None
+  param_dtype: Dtype = jnp.float32
+
+  def __post_init__(self):
+    norms.check(self.norm, NORMS)
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array | None = None, *,
+               initial_carry: tuple[Array, Array] | None = None):
+    if x.ndim < 2:
+      raise ValueError(f'input of shape {x.shape} has no time axis')
+    H, p, pd = self.features, self.param, self.param_dtype
+    batch_shape, (T, I) = x.shape[:-2], x.shape[-2:]
+    ones, zeros = initializers.ones_init(), initializers.zeros_init()
+    # Created in the cell's order.
+    k_x = p('kernel_x', stacked(self.kernel_init, 4), (I, 4 * H), pd)
+    k_h = p('kernel_h', stacked(self.recurrent_kernel_init, 4), (H, 4 * H),
+            pd)
+    g_h = g_x = g_c = b_c = None
+    if self.norm == 'layer':
+      g_h = p('gain_h', ones, (4 * H,), pd)
+      g_x = p('gain_x', ones, (4 * H,), pd)
+    b_4H = p('bias', lstm_bias_init(self.bias_init, self.forget_bias),
+             (4 * H,), pd)
+    if self.norm != 'none':
+      g_c = p('gain_c', ones, (H,), pd)
+      b_c = p('bias_c', zeros, (H,), pd)
+
+    x_TxBxI = jnp.moveaxis(x.reshape((-1, T, I)), 1, 0)
+    B = x_TxBxI.shape[1]
+    x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H = promote_dtype(
+        x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H, dtype=self.dtype)
+    # For 'layer', LN(x @ k_x) = RMSNorm(x @ center(k_x)), which the scans
+    # form row by row, so that xw is the only (T, B, 4H) array.
+    if self.norm == 'layer':
+      k_h = center(k_h)
+      xw_TxBx4H = proj(x_TxBxI, center(k_x))
+    else:
+      xw_TxBx4H = proj(x_TxBxI, k_x)
+
+    if mask is not None:
+      mask = jnp.asarray(mask, bool)
+      if mask.shape != x.shape[:-1]:
+        raise ValueError(f'mask has shape {mask.shape}; expected '
+                         f'{x.shape[:-1]} (batch..., time)')
+      mask = mask.reshape((B, T)).T
+    if initial_carry is None:
+      c0 = h0 = jnp.zeros((B, H), xw_TxBx4H.dtype)
+    else:
+      c0, h0 = (jnp.asarray(a, xw_TxBx4H.dtype).reshape((B, H))
+                for a in initial_carry)
+    y, c, h = lstm_scan(self.norm, float(self.eps), self.unroll,
+                        bool(self.native), xw_TxBx4H, g_x, b_4H, k_h, g_h,
+                        g_c, b_c, c0, h0, mask)
+    y = jnp.moveaxis(y, 0, 1).reshape(batch_shape + (T, H))
+    if not self.return_carry:
+      return y
+    return (c.reshape(batch_shape + (H,)), h.reshape(batch_shape + (H,))), y

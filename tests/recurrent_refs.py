@@ -1,0 +1,153 @@
+"""Float64 numpy transcriptions of the recurrent equations, and helpers shared
+by the tests of the cells and of the sequence layers."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+B, I, H, T = 3, 4, 5, 6
+EPS = 1e-5
+TOL = dict(rtol=1e-4, atol=2e-5)
+# Sequence lengths of a padded batch: full, partial, one step and empty.
+LENGTHS = [T, 3, 1, 0]
+
+
+def length_mask(lengths=LENGTHS, steps=T):
+  return np.arange(steps)[None, :] < np.asarray(lengths)[:, None]
+
+
+# ------------------------------------------------------------------ numpy refs
+
+def sig(a):
+  return 1.0 / (1.0 + np.exp(-a))
+
+
+def np_ln(a, g=None, b=None, eps=EPS):
+  mu = a.mean(-1, keepdims=True)
+  var = ((a - mu) ** 2).mean(-1, keepdims=True)
+  y = (a - mu) / np.sqrt(var + eps)
+  if g is not None:
+    y = y * g
+  if b is not None:
+    y = y + b
+  return y
+
+
+def np_bn(a, g, b, mean, var, eps=EPS):
+  y = (a - mean) / np.sqrt(var + eps) * g
+  return y if b is None else y + b
+
+
+def np_lstm(p, norm, carry, x):
+  """Eqs. 17-19 ('none'), 20-22 ('layer') and 29-31 ('layer_c')."""
+  c, h = carry
+  wx, wh = x @ p['kernel_x'], h @ p['kernel_h']
+  if norm == 'layer':
+    z = np_ln(wh, p['gain_h']) + np_ln(wx, p['gain_x']) + p['bias']
+  else:
+    z = wh + wx + p['bias']
+  f, i, o, g = (z[:, k * H:(k + 1) * H] for k in range(4))
+  c = sig(f) * c + sig(i) * np.tanh(g)
+  cn = c if norm == 'none' else np_ln(c, p['gain_c'], p['bias_c'])
+  h = sig(o) * np.tanh(cn)
+  return (c, h), h
+
+
+def np_gru(p, norm, carry, x):
+  """Eqs. 23-25 ('none', plus zero-initialised biases) and 26-28 ('layer')."""
+  h = carry
+  wx, wh = x @ p['kernel_x'], h @ p['kernel_h']
+  Wx, Uh = x @ p['kernel_xc'], h @ p['kernel_hc']
+  if norm == 'layer':
+    zr = np_ln(wh, p['gain_h']) + np_ln(wx, p['gain_x']) + p['bias']
+    cand = (np_ln(Wx, p['gain_xc'], p['bias_xc'])
+            + sig(zr[:, H:]) * np_ln(Uh, p['gain_hc'], p['bias_hc']))
+  else:
+    zr = wh + wx + p['bias']
+    cand = Wx + p['bias_c'] + sig(zr[:, H:]) * Uh
+  z = sig(zr[:, :H])
+  h = (1 - z) * h + z * np.tanh(cand)
+  return h, h
+
+
+def np_rnn(p, norm, carry, x):
+  """Eq. 4 ('layer') and the plain RNN ('none')."""
+  a = carry @ p['kernel_h'] + x @ p['kernel_x']
+  if norm == 'layer':
+    h = np.tanh(np_ln(a, p['gain'], p['bias']))
+  else:
+    h = np.tanh(a + p['bias'])
+  return h, h
+
+
+def np_bnlstm(p, stats, carry, xs, *, train, max_steps, momentum):
+  """Cooijmans et al. 2016 over (T, B, I) inputs; returns ys, carry, stats."""
+  c, h = carry
+  stats = {k: v.copy() for k, v in stats.items()}
+  ys = []
+  for t, x in enumerate(xs):
+    row = min(t, max_steps - 1)
+
+    def bn(name, a, g, b):
+      if not train:
+        return np_bn(a, g, b, stats['mean_' + name][row],
+                     stats['var_' + name][row])
+      mean, var = a.mean(0), a.var(0)
+      if t < max_steps:
+        for k, s in (('mean_' + name, mean), ('var_' + name, var)):
+          stats[k][t] = momentum * stats[k][t] + (1 - momentum) * s
+      return np_bn(a, g, b, mean, var)
+
+    z = (bn('h', h @ p['kernel_h'], p['gain_h'], None)
+         + bn('x', x @ p['kernel_x'], p['gain_x'], None) + p['bias'])
+    f, i, o, g = (z[:, k * H:(k + 1) * H] for k in range(4))
+    c = sig(f) * c + sig(i) * np.tanh(g)
+    h = sig(o) * np.tanh(bn('c', c, p['gain_c'], p['bias_c']))
+    ys.append(h)
+  return np.stack(ys), (c, h), stats
+
+
+# --------------------------------------------------------------------- helpers
+
+def f64(tree):
+  return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), tree)
+
+
+def perturb(params, seed=0):
+  """Moves every parameter off its initial value so gains and biases matter."""
+  leaves, treedef = jax.tree_util.tree_flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  leaves = [l + 0.5 * jax.random.normal(k, l.shape, l.dtype)
+            for l, k in zip(leaves, keys)]
+  return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def random_carry(carry, seed=1):
+  """Random floating leaves; integer leaves (the step t of norm='batch') kept."""
+  leaves, treedef = jax.tree_util.tree_flatten(carry)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  leaves = [jax.random.normal(k, l.shape, l.dtype)
+            if jnp.issubdtype(l.dtype, jnp.floating) else l
+            for l, k in zip(leaves, keys)]
+  return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def inputs(shape, seed=2):
+  return jax.random.normal(jax.random.key(seed), shape)
+
+
+def batch_leaves(carry):
+  return [l for l in jax.tree_util.tree_leaves(carry) if l.ndim > 0]
+
+
+def wrap(tree):
+  """Cell variables as they sit under ``nn.RNN`` / ``Recurrent``."""
+  return {col: {'cell': v} for col, v in tree.items()}
+
+
+def init_cell(cell, batch=B):
+  """Initialises the bare cell (cheaper than tracing a scan)."""
+  x = inputs((batch, I))
+  return cell.init(jax.random.key(0), cell.initialize_carry(None, x.shape), x)

@@ -1,0 +1,271 @@
+"""``LSTM``, the whole-sequence layer, against scanning ``LSTMCell`` of the
+same norm (itself tested against the paper's equations in
+test_recurrent_cells.py): outputs, carries, gradients and parameters."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lnorm import native
+from lnorm import recurrent as R
+from tests.recurrent_refs import (B, H, I, LENGTHS, T, f64, init_cell, inputs,
+                                  length_mask, perturb, random_carry)
+
+# ------------------------------------------------------------ sequence LSTM
+
+SEQ_NORMS = ['none', 'layer', 'layer_c']
+
+
+def _seq_setup(norm, dtype=jnp.float32, seed=0, features=H):
+  """Perturbed parameters shared by ``LSTM(norm)`` and its cell."""
+  nb = len(LENGTHS)
+  x = inputs((nb, T, I)).astype(dtype)
+  lstm = R.LSTM(features, norm=norm, return_carry=True, param_dtype=dtype)
+  params = perturb(lstm.init(jax.random.key(seed), x)['params'], seed)
+  carry0 = random_carry((jnp.zeros((nb, features), dtype),) * 2)
+  mask = length_mask()
+  cell = R.LSTMCell(features, norm=norm, param_dtype=dtype)
+  return lstm, cell, params, x, carry0, mask
+
+
+def _seq_grad(run):
+  """Gradient of a scalar of y and the final carry, with (y, c, h) as aux."""
+
+  def loss(params, x, carry0):
+    (c, h), y = run(params, x, carry0)
+    w = jnp.cos(jnp.arange(y.size, dtype=y.dtype)).reshape(y.shape)
+    return (jnp.sum(y * w) + jnp.sum(c * jnp.sin(c)) + jnp.sum(h ** 2),
+            (y, c, h))
+
+  return jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))
+
+
+def _seq_runs(lstm, cell, mask):
+  def ours(p, x, carry0):
+    return lstm.apply({'params': p}, x, mask, initial_carry=carry0)
+
+  def ref(p, x, carry0):
+    return R.Recurrent(cell).apply({'params': {'cell': p}}, x, mask,
+                                   initial_carry=carry0)
+
+  return ours, ref
+
+
+# 256 units with the batch of 4: B * H reaches the size at which the native
+# kernels split each step's rows among XLA's threads (lstm_cpu.cc, ForRows).
+@pytest.mark.parametrize('features', [H, 256])
+@pytest.mark.parametrize('masked', [False, True])
+@pytest.mark.parametrize('norm', SEQ_NORMS)
+def test_lstm_matches_recurrent_cell(norm, masked, features, impl):
+  """Outputs, final carry and all gradients equal those of the cell's scan."""
+  lstm, cell, params, x, carry0, mask = _seq_setup(norm, features=features)
+  mask = mask if masked else None
+  ours, ref = _seq_runs(lstm, cell, mask)
+  g, (y, c, h) = _seq_grad(ours)(params, x, carry0)
+  g_ref, (y_ref, c_ref, h_ref) = _seq_grad(ref)(params, x, carry0)
+  # The perturbed W_h makes pre-activations sums of `features` terms of
+  # size ~0.5: their float32 rounding grows with the width.
+  tol = dict(rtol=1e-5, atol=1e-6 if features == H else 2e-5)
+  np.testing.assert_allclose(y, y_ref, **tol)
+  np.testing.assert_allclose(c, c_ref, **tol)
+  np.testing.assert_allclose(h, h_ref, **tol)
+  if masked:
+    np.testing.assert_array_equal(y[np.logical_not(mask)], 0.0)
+  assert (jax.tree_util.tree_structure(g)
+          == jax.tree_util.tree_structure(g_ref))
+  for a, b in zip(jax.tree_util.tree_leaves(g),
+                  jax.tree_util.tree_leaves(g_ref)):
+    scale = float(np.max(np.abs(b)))
+    assert scale > 0
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * scale)
+
+
+@pytest.mark.parametrize('norm', SEQ_NORMS)
+def test_lstm_gradients_exact_in_float64(norm):
+  """The hand-written backward is the derivative, not an approximation."""
+  with jax.enable_x64(True):
+    lstm, cell, params, x, carry0, mask = _seq_setup(norm, jnp.float64)
+    ours, ref = _seq_runs(lstm, cell, mask)
+    g, _ = _seq_grad(ours)(params, x, carry0)
+    g_ref, _ = _seq_grad(ref)(params, x, carry0)
+    for a, b in zip(jax.tree_util.tree_leaves(g),
+                    jax.tree_util.tree_leaves(g_ref)):
+      assert a.dtype == jnp.float64
+      np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize('norm', SEQ_NORMS)
+def test_lstm_matches_nn_rnn_and_defaults(norm, impl):
+  """No mask, zero initial carry, y only: as ``nn.RNN(cell)``."""
+  lstm, cell, params, x, _, _ = _seq_setup(norm)
+  y = jax.jit(R.LSTM(H, norm=norm).apply)({'params': params}, x)
+  y_ref = jax.jit(nn.RNN(cell).apply)({'params': {'cell': params}}, x)
+  np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('masked', [False, True])
+@pytest.mark.parametrize('norm', SEQ_NORMS)
+def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
+  if not native.load():
+    pytest.skip('native kernels unavailable')
+  lstm, _, params, x, carry0, mask = _seq_setup(norm)
+  mask = mask if masked else None
+  ours, _ = _seq_runs(lstm, None, mask)
+  text = jax.jit(_seq_grad(ours)).lower(params, x, carry0).as_text()
+  assert 'lnorm_lstm_fwd' in text and 'lnorm_lstm_bwd' in text
+  with jax.enable_x64(True):  # float64 keeps to XLA
+    lstm64, _, p64, x64, c64, _ = _seq_setup(norm, jnp.float64)
+    ours64, _ = _seq_runs(lstm64, None, None)
+    assert 'lnorm_lstm' not in jax.jit(ours64).lower(p64, x64, c64).as_text()
+
+
+@pytest.mark.parametrize('norm', SEQ_NORMS)
+def test_lstm_second_order_and_vmap(norm, impl):
+  """Higher-order derivatives and vmap, which the kernels leave to XLA,
+  against the cell's scan."""
+  lstm, cell, params, x, carry0, _ = _seq_setup(norm)
+  ours, ref = _seq_runs(lstm, cell, None)
+
+  def grad_norm(run):
+    def f(p):
+      g = jax.grad(lambda x: jnp.sum(jnp.sin(run(p, x, carry0)[1])))(x)
+      return jnp.sum(g * g)
+    return jax.grad(f)
+
+  for a, b in zip(jax.tree_util.tree_leaves(grad_norm(ours)(params)),
+                  jax.tree_util.tree_leaves(grad_norm(ref)(params))):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(b))))
+  xs = jnp.stack([x, 2 * x])
+  y = jax.vmap(lambda x: ours(params, x, carry0)[1])(xs)
+  for k in range(2):
+    np.testing.assert_allclose(y[k], ref(params, xs[k], carry0)[1],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_layer_norm_far_from_zero(impl):
+  """Centring the kernels (LN as RMSNorm) loses no accuracy to the cell.
+
+  Kernel rows with a large common component make W x and W h far from zero
+  mean, which layer norm must remove; both float32 paths are compared with
+  the cell in float64.
+  """
+  lstm, cell, params, x, carry0, mask = _seq_setup('layer')
+  params = dict(params, kernel_x=params['kernel_x'] + 30.0,
+                kernel_h=params['kernel_h'] - 20.0)
+  (_, _), y = lstm.apply({'params': params}, x, mask, initial_carry=carry0)
+  _, y32 = R.Recurrent(cell).apply({'params': {'cell': params}}, x, mask,
+                                   initial_carry=carry0)
+  with jax.enable_x64(True):
+    cell64 = R.LSTMCell(H, norm='layer', param_dtype=jnp.float64)
+    _, y64 = R.Recurrent(cell64).apply(
+        {'params': {'cell': f64(params)}}, f64(x), mask,
+        initial_carry=f64(carry0))
+    y64 = np.asarray(y64)
+  err, err_cell = np.max(np.abs(y - y64)), np.max(np.abs(y32 - y64))
+  assert err < 1e-5 and err <= 2 * err_cell + 1e-6
+
+
+@pytest.mark.parametrize('norm,names', [
+    ('none', {'kernel_x', 'kernel_h', 'bias'}),
+    ('layer', {'kernel_x', 'kernel_h', 'bias', 'gain_h', 'gain_x', 'gain_c',
+               'bias_c'}),
+    ('layer_c', {'kernel_x', 'kernel_h', 'bias', 'gain_c', 'bias_c'}),
+])
+def test_lstm_params_are_the_cells(norm, names):
+  x = inputs((B, T, I))
+  p = R.LSTM(H, norm=norm, forget_bias=1.0).init(jax.random.key(0), x)[
+      'params']
+  cell = R.LSTMCell(H, norm=norm, forget_bias=1.0)
+  p_cell = init_cell(cell)['params']
+  assert set(p) == set(p_cell) == names
+  for k in names:
+    assert p[k].shape == p_cell[k].shape and p[k].dtype == jnp.float32
+    if not k.startswith('kernel'):
+      np.testing.assert_array_equal(p[k], p_cell[k])  # gains 1, biases 0
+  k_h = np.asarray(p['kernel_h'], np.float64)
+  for j in range(4):
+    blk = k_h[:, j * H:(j + 1) * H]
+    np.testing.assert_allclose(blk.T @ blk, np.eye(H), atol=1e-5)
+
+
+def test_lstm_batch_axes_and_carry():
+  """Any number of batch axes; the final carry continues the sequence."""
+  lstm = R.LSTM(H, norm='layer', return_carry=True)
+  x = inputs((2, 3, T, I))
+  params = perturb(lstm.init(jax.random.key(0), x)['params'])
+  apply = jax.jit(lstm.apply)
+  (c, h), y = apply({'params': params}, x)
+  assert y.shape == (2, 3, T, H) and c.shape == h.shape == (2, 3, H)
+  (_, _), y_flat = apply({'params': params}, x.reshape(6, T, I))
+  np.testing.assert_allclose(y.reshape(6, T, H), y_flat, rtol=1e-6,
+                             atol=1e-7)
+  (_, _), y1 = apply({'params': params}, x[0, 0])  # no batch axis
+  np.testing.assert_allclose(y1, y[0, 0], rtol=1e-6, atol=1e-7)
+  # Two halves with the carry handed over equal the whole.
+  k = T // 2
+  (c1, h1), ya = apply({'params': params}, x[..., :k, :])
+  (c2, h2), yb = apply({'params': params}, x[..., k:, :],
+                       initial_carry=(c1, h1))
+  np.testing.assert_allclose(jnp.concatenate([ya, yb], -2), y, rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(c2, c, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(h2, h, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('norm', SEQ_NORMS)
+def test_lstm_empty_batch(norm, impl):
+  """A batch of none: empty outputs and zero gradients."""
+  lstm = R.LSTM(H, norm=norm)
+  params = lstm.init(jax.random.key(0), inputs((B, T, I)))
+  x = jnp.zeros((0, T, I))
+  loss = lambda p: jnp.sum(lstm.apply(p, x))
+  y = jax.jit(lstm.apply)(params, x)
+  grads = jax.jit(jax.grad(loss))(params)
+  assert y.shape == (0, T, H)
+  assert all(bool(jnp.all(g == 0)) for g in jax.tree.leaves(grads))
+
+
+def test_lstm_checks_arguments():
+  x = inputs((B, T, I))
+  with pytest.raises(ValueError, match="norm='batch'.*none, layer, layer_c$"):
+    R.LSTM(H, norm='batch')
+  with pytest.raises(ValueError, match='mask'):
+    R.LSTM(H).init(jax.random.key(0), x, np.ones((B, T + 1), bool))
+  with pytest.raises(ValueError, match='time axis'):
+    R.LSTM(H).init(jax.random.key(0), x[0, 0])
+
+
+def test_lstm_bfloat16_compute():
+  lstm, _, params, x, carry0, mask = _seq_setup('layer')
+  half = lstm.clone(dtype=jnp.bfloat16)
+
+  def loss(p):
+    (c, h), y = half.apply({'params': p}, x, mask, initial_carry=carry0)
+    return jnp.sum(y.astype(jnp.float32)), (y, c, h)
+
+  g, (y, c, h) = jax.jit(jax.grad(loss, has_aux=True))(params)
+  (_, _), y32 = lstm.apply({'params': params}, x, mask, initial_carry=carry0)
+  assert y.dtype == c.dtype == h.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(y, np.float32), y32, atol=5e-2)
+  for leaf in jax.tree_util.tree_leaves(g):
+    assert leaf.dtype == jnp.float32 and np.all(np.isfinite(leaf))
+
+
+def test_lstm_float32_with_x64_enabled():
+  """As Flax's layers: float32 inputs and the default param_dtype give
+  float32 parameters and outputs under jax_enable_x64; float64 parameters
+  give float64 outputs."""
+  with jax.enable_x64(True):
+    x = inputs((B, T, I)).astype(jnp.float32)
+    for norm in SEQ_NORMS:
+      lstm = R.LSTM(H, norm=norm)
+      params = lstm.init(jax.random.key(0), x)
+      assert all(l.dtype == jnp.float32 for l in jax.tree.leaves(params))
+      assert lstm.apply(params, x).dtype == jnp.float32
+      lstm64 = R.LSTM(H, norm=norm, param_dtype=jnp.float64)
+      assert lstm64.apply(lstm64.init(jax.random.key(0), x), x).dtype == \
+          jnp.float64
