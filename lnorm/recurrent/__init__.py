@@ -8,12 +8,14 @@
   scanning ``LSTMCell`` computes, faster: the path for stacks of LSTMs over
   sequences known in advance. ``lstm_scan.py`` holds its scans, custom VJP
   and native-kernel dispatch.
+* ``gru.py``: ``GRU``, the same for ``GRUCell``.
 """
 
 from lnorm.recurrent.cells import (GRU_NORMS, LSTM_NORMS, RNN_NORMS, GRUCell,
                                    LSTMCell, RNNCell)
+from lnorm.recurrent.gru import GRU
 from lnorm.recurrent.lstm import LSTM
 from lnorm.recurrent.masked_scan import Recurrent
 
-__all__ = ['LSTMCell', 'GRUCell', 'RNNCell', 'Recurrent', 'LSTM',
+__all__ = ['LSTMCell', 'GRUCell', 'RNNCell', 'Recurrent', 'LSTM', 'GRU',
            'LSTM_NORMS', 'GRU_NORMS', 'RNN_NORMS']

@@ -1,0 +1,132 @@
+"""``GRU``: a GRU layer over whole sequences, the fast path for stacks."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+from flax.linen import initializers
+from flax.linen.dtypes import promote_dtype
+from flax.typing import Array, Dtype, Initializer
+
+from lnorm import norms
+from lnorm.normalization import layer_norm
+from lnorm.recurrent.cells import (GRU_NORMS, default_kernel_init,
+                                   default_recurrent_kernel_init, stacked)
+
+
+class GRU(nn.Module):
+  """A GRU layer over whole sequences: (*batch, T, in) -> (*batch, T, H).
+
+  It computes what scanning ``GRUCell(features, norm=norm)`` computes, with
+  that cell's parameter names, shapes and initialisers: 'none' (eqs. 23-25)
+  or 'layer' (the LN-GRU, eqs. 26-28). The input side, W_x x and W x with
+  their layer norms, is one matmul and one pass over all steps before the
+  scan, and each step makes one matmul with [W_h | U]; the scan itself is
+  XLA's, differentiated by JAX.
+
+  Use it, as ``LSTM``, whenever the layer's whole input sequence is known
+  before it runs; scan ``GRUCell`` when each step's input depends on the
+  previous step's output (sampling). The parameters are the same, so a model
+  trained with ``GRU`` can be run step by step with ``GRUCell``.
+
+  ``mask`` (*batch, T) works as in ``Recurrent``: where it is False the carry
+  is frozen and the output is 0. ``initial_carry`` is ``h`` (*batch, H),
+  zeros by default. Returns ``y``, or ``(h_T, y)`` with ``return_carry``.
+  ``dtype`` is the compute dtype and that of the outputs (None: promoted from
+  the input and parameters), ``param_dtype`` that of the parameters.
+  """
+
+  features: int
+  norm: str = 'none'
+  eps: float = 1e-5
+  return_carry: bool = False
+  unroll: int = 1
+  kernel_init: Initializer = default_kernel_init
+  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
+  bias_init: Initializer = initializers.zeros_init()
+  dtype: Dtype | None = None
+  param_dtype: Dtype = jnp.float32
+
+  def __post_init__(self):
+    norms.check(self.norm, GRU_NORMS)
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array | None = None, *,
+               initial_carry: Array | None = None):
+    if x.ndim < 2:
+      raise ValueError(f'input of shape {x.shape} has no time axis')
+    H, p, pd, eps = self.features, self.param, self.param_dtype, self.eps
+    batch_shape, (T, I) = x.shape[:-2], x.shape[-2:]
+    ones, binit = initializers.ones_init(), self.bias_init
+    # Created in the cell's order.
+    k_x = p('kernel_x', stacked(self.kernel_init, 2), (I, 2 * H), pd)
+    k_h = p('kernel_h', stacked(self.recurrent_kernel_init, 2), (H, 2 * H),
+            pd)
+    k_xc = p('kernel_xc', stacked(self.kernel_init, 1), (I, H), pd)
+    k_hc = p('kernel_hc', stacked(self.recurrent_kernel_init, 1), (H, H), pd)
+    layer = self.norm == 'layer'
+    if layer:
+      g_h = p('gain_h', ones, (2 * H,), pd)
+      g_x = p('gain_x', ones, (2 * H,), pd)
+      b_2H = p('bias', binit, (2 * H,), pd)
+      g_xc = p('gain_xc', ones, (H,), pd)
+      b_xc = p('bias_xc', binit, (H,), pd)
+      g_hc = p('gain_hc', ones, (H,), pd)
+      b_hc = p('bias_hc', binit, (H,), pd)
+    else:
+      b_2H = p('bias', binit, (2 * H,), pd)
+      b_c = p('bias_c', binit, (H,), pd)
+      g_h = g_x = g_xc = b_xc = g_hc = b_hc = None
+
+    x_TxBxI = jnp.moveaxis(x.reshape((-1, T, I)), 1, 0)
+    B = x_TxBxI.shape[1]
+    (x_TxBxI, k_x, k_h, k_xc, k_hc, b_2H, g_h, g_x, g_xc, b_xc, g_hc,
+     b_hc) = promote_dtype(x_TxBxI, k_x, k_h, k_xc, k_hc, b_2H, g_h, g_x,
+                           g_xc, b_xc, g_hc, b_hc, dtype=self.dtype)
+    dt = x_TxBxI.dtype
+    # The input side of every step, before the scan: [W_x x | W x].
+    xw_TxBx3H = x_TxBxI @ jnp.concatenate([k_x, k_xc], -1)
+    xz_TxBx2H, xc_TxBxH = xw_TxBx3H[..., :2 * H], xw_TxBx3H[..., 2 * H:]
+    if layer:
+      xz_TxBx2H = layer_norm(xz_TxBx2H, g_x, eps=eps)
+      xc_TxBxH = layer_norm(xc_TxBxH, g_xc, b_xc, eps=eps)
+    else:
+      xc_TxBxH = xc_TxBxH + b_c.astype(dt)[None, None]
+    xz_TxBx2H = xz_TxBx2H + b_2H[None, None]
+    w_Hx3H = jnp.concatenate([k_h, k_hc], -1)
+
+    if mask is not None:
+      mask = jnp.asarray(mask, bool)
+      if mask.shape != x.shape[:-1]:
+        raise ValueError(f'mask has shape {mask.shape}; expected '
+                         f'{x.shape[:-1]} (batch..., time)')
+      mask = mask.reshape((B, T)).T[..., None]
+    if initial_carry is None:
+      h0_BxH = jnp.zeros((B, H), dt)
+    else:
+      h0_BxH = jnp.asarray(initial_carry, dt).reshape((B, H))
+
+    def step(h_BxH, inp):
+      xz_Bx2H, xc_BxH, m_Bx1 = inp
+      a_Bx3H = h_BxH @ w_Hx3H
+      az_Bx2H, ac_BxH = a_Bx3H[:, :2 * H], a_Bx3H[:, 2 * H:]
+      if layer:
+        az_Bx2H = layer_norm(az_Bx2H, g_h, eps=eps)
+        ac_BxH = layer_norm(ac_BxH, g_hc, b_hc, eps=eps)
+      zr_Bx2H = jax.nn.sigmoid(az_Bx2H + xz_Bx2H)
+      z_BxH, r_BxH = zr_Bx2H[:, :H], zr_Bx2H[:, H:]
+      hh_BxH = jnp.tanh(xc_BxH + r_BxH * ac_BxH)
+      h_new = (1.0 - z_BxH) * h_BxH + z_BxH * hh_BxH
+      if m_Bx1 is None:
+        return h_new, h_new
+      return (jnp.where(m_Bx1, h_new, h_BxH),
+              jnp.where(m_Bx1, h_new, jnp.zeros_like(h_new)))
+
+    h_BxH, y_TxBxH = jax.lax.scan(step, h0_BxH, (xz_TxBx2H, xc_TxBxH, mask),
+                                  unroll=self.unroll)
+    y = jnp.moveaxis(y_TxBxH, 0, 1).reshape(batch_shape + (T, H))
+    if not self.return_carry:
+      return y
+    return h_BxH.reshape(batch_shape + (H,)), y

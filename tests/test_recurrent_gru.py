@@ -1,0 +1,126 @@
+"""``GRU``, the whole-sequence layer, against scanning ``GRUCell`` of the same
+norm (itself tested against the paper's equations in
+test_recurrent_cells.py)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lnorm import recurrent as R
+from tests.recurrent_refs import (B, H, I, LENGTHS, T, init_cell, inputs,
+                                  length_mask, perturb, random_carry)
+
+
+def _setup(norm, dtype=jnp.float32):
+  nb = len(LENGTHS)
+  x = inputs((nb, T, I)).astype(dtype)
+  gru = R.GRU(H, norm=norm, return_carry=True, param_dtype=dtype)
+  params = perturb(gru.init(jax.random.key(0), x)['params'])
+  h0 = random_carry(jnp.zeros((nb, H), dtype))
+  return gru, R.GRUCell(H, norm=norm, param_dtype=dtype), params, x, h0
+
+
+def _grad(run):
+  def loss(params, x, h0):
+    h, y = run(params, x, h0)
+    w = jnp.cos(jnp.arange(y.size, dtype=y.dtype)).reshape(y.shape)
+    return jnp.sum(y * w) + jnp.sum(h * jnp.sin(h)), (y, h)
+
+  return jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))
+
+
+@pytest.mark.parametrize('masked', [False, True])
+@pytest.mark.parametrize('norm', R.GRU_NORMS)
+def test_gru_matches_recurrent_cell(norm, masked):
+  """Outputs, final carry and all gradients equal those of the cell's scan."""
+  gru, cell, params, x, h0 = _setup(norm)
+  mask = length_mask() if masked else None
+  ours = lambda p, x, h0: gru.apply({'params': p}, x, mask, initial_carry=h0)
+  ref = lambda p, x, h0: R.Recurrent(cell).apply(
+      {'params': {'cell': p}}, x, mask, initial_carry=h0)
+  g, (y, h) = _grad(ours)(params, x, h0)
+  g_ref, (y_ref, h_ref) = _grad(ref)(params, x, h0)
+  np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(h, h_ref, rtol=1e-5, atol=1e-6)
+  if masked:
+    np.testing.assert_array_equal(y[np.logical_not(mask)], 0.0)
+  assert jax.tree.structure(g) == jax.tree.structure(g_ref)
+  for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
+    scale = float(np.max(np.abs(b)))
+    assert scale > 0
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * scale)
+
+
+@pytest.mark.parametrize('norm', R.GRU_NORMS)
+def test_gru_matches_nn_rnn_in_float64(norm):
+  """No mask, zero initial carry: as ``nn.RNN(GRUCell)``, to float64
+  rounding."""
+  with jax.enable_x64(True):
+    gru, cell, params, x, _ = _setup(norm, jnp.float64)
+    y = R.GRU(H, norm=norm, param_dtype=jnp.float64).apply(
+        {'params': params}, x)
+    y_ref = nn.RNN(cell).apply({'params': {'cell': params}}, x)
+    assert y.dtype == jnp.float64
+    np.testing.assert_allclose(y, y_ref, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize('norm', R.GRU_NORMS)
+def test_gru_params_are_the_cells(norm):
+  x = inputs((B, T, I))
+  p = R.GRU(H, norm=norm).init(jax.random.key(0), x)['params']
+  p_cell = init_cell(R.GRUCell(H, norm=norm))['params']
+  assert set(p) == set(p_cell)
+  for k in p:
+    assert p[k].shape == p_cell[k].shape and p[k].dtype == jnp.float32
+    if not k.startswith('kernel'):
+      np.testing.assert_array_equal(p[k], p_cell[k])  # gains 1, biases 0
+
+
+def test_gru_batch_axes_and_carry():
+  gru = R.GRU(H, norm='layer', return_carry=True)
+  x = inputs((2, 3, T, I))
+  params = perturb(gru.init(jax.random.key(0), x)['params'])
+  apply = jax.jit(gru.apply)
+  h, y = apply({'params': params}, x)
+  assert y.shape == (2, 3, T, H) and h.shape == (2, 3, H)
+  _, y_flat = apply({'params': params}, x.reshape(6, T, I))
+  np.testing.assert_allclose(y.reshape(6, T, H), y_flat, rtol=1e-6, atol=1e-7)
+  k = T // 2
+  h1, ya = apply({'params': params}, x[..., :k, :])
+  h2, yb = apply({'params': params}, x[..., k:, :], initial_carry=h1)
+  np.testing.assert_allclose(jnp.concatenate([ya, yb], -2), y, rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(h2, h, rtol=1e-5, atol=1e-6)
+
+
+def test_gru_dtypes():
+  """float32 under jax_enable_x64 stays float32; bfloat16 compute gives
+  bfloat16 outputs and float32 gradients."""
+  with jax.enable_x64(True):
+    x = inputs((B, T, I)).astype(jnp.float32)
+    gru = R.GRU(H, norm='layer')
+    params = gru.init(jax.random.key(0), x)
+    assert all(l.dtype == jnp.float32 for l in jax.tree.leaves(params))
+    assert gru.apply(params, x).dtype == jnp.float32
+  x = inputs((B, T, I))
+  params = R.GRU(H, norm='layer').init(jax.random.key(0), x)
+  half = R.GRU(H, norm='layer', dtype=jnp.bfloat16)
+  y16 = half.apply(params, x)
+  assert y16.dtype == jnp.bfloat16
+  g = jax.grad(lambda p: jnp.sum(half.apply(p, x).astype(jnp.float32)))(params)
+  assert all(l.dtype == jnp.float32 and np.all(np.isfinite(l))
+             for l in jax.tree.leaves(g))
+
+
+def test_gru_checks_arguments():
+  x = inputs((B, T, I))
+  with pytest.raises(ValueError, match="norm='layer_c'.*none, layer$"):
+    R.GRU(H, norm='layer_c')
+  with pytest.raises(ValueError, match='mask'):
+    R.GRU(H).init(jax.random.key(0), x, np.ones((B, T + 1), bool))
+  with pytest.raises(ValueError, match='time axis'):
+    R.GRU(H).init(jax.random.key(0), x[0, 0])
