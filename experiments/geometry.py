@@ -239,7 +239,7 @@ def write_results(out_dir: Path, command: str) -> str:
   md = ("# Section 5.2: the geometry of normalized GLMs\n\n"
         f"Command: `{command}`  \nCommit: {wdir.git_commit()}  \n"
         f"Versions: {json.dumps(wdir.versions())}\n\n")
-  md += findings(forms, gain, steps)
+  md += findings(forms, gain, steps, steps_unit)
   md += (f"GLMs with D = {D} inputs and H = {H} units, on N = {N} random inputs (not centred, "
          f"unequal spreads; batch norm's statistics are theirs). Softmax: H classes, logits "
          f"abar. Gaussian: H independent outputs N(abar_i, phi), phi = {PHI}. Float64, "
@@ -318,7 +318,7 @@ def write_results(out_dir: Path, command: str) -> str:
   return md
 
 
-def findings(forms: dict, gain: dict, steps: dict) -> str:
+def findings(forms: dict, gain: dict, steps: dict, steps_unit: dict) -> str:
   """The claims' verdicts, from the measurements."""
   per_unit = [r["paper"] for k, r in forms.items() if "layer" not in k]
   ln = [r["paper"] for k, r in forms.items() if "layer" in k]
@@ -354,10 +354,16 @@ def findings(forms: dict, gain: dict, steps: dict) -> str:
          f"ds by {span(np.sqrt(ratios))}). ")
   if quarter:
     md += ("That is 1/4, not the 1/2 the paper's text says: F_WW falls to a quarter, the "
-           "(W, b) and (W, g) blocks to a half and the (b, g) block is unchanged (to "
-           f"{blocks:.0e}). Eq. 13 itself gives the 1/4: its W block carries g_i g_j / "
+           "(W, b) and (W, g) blocks to a half and the (b, g) block is unchanged (largest "
+           f"difference {blocks:.0e}: the doubling is exact in floating point). Eq. 13 itself gives the 1/4: its W block carries g_i g_j / "
            "(sigma_i sigma_j), both sigmas double, and chi_i does not change. The 1/2 holds "
            "for the length ds and for the cross blocks. ")
+  per_unit = {k: r["ratio"] for k, r in steps_unit.items() if "batch" in k or "weight" in k}
+  ln_unit = [r["ratio"] for k, r in steps_unit.items() if "layer" in k]
+  md += (f"Doubling one weight vector alone (d moving it alone) multiplies ds^2 by "
+         f"{span(list(per_unit.values()))} with batch and weight norm, whose statistics are "
+         "per unit; with layer norm, whose statistics pool the units, it changes the model, "
+         f"and ds^2 is multiplied by {span(ln_unit)}. ")
   md += (f"A gradient step of one learning rate shrinks as well (dL/dW scales as 1/|W|): "
          f"its ds^2 is multiplied by {span(grads)}.\n\n")
   return md
