@@ -3,6 +3,7 @@
 Usage::
 
     python -m scripts.bench_norm [--repeats N] [--shapes 128x1000,8x400,4096x1024]
+        [--baseline OLD/layer_norm_cpu.cc]
 
 For each shape (a batch of rows, normalized over the last axis, float32, with
 a gain and a bias, eps=1e-5) it times, side by side in this one process:
@@ -49,14 +50,24 @@ On a GPU the JAX candidates run on the default JAX device and torch on the
 CPU (a CPU build of torch, or tensors left on the CPU); the devices are
 printed. ``--torch-threads N`` sets torch's intra-op threads (on a loaded
 machine torch's default, one thread per core, can stall in its barriers).
+
+``--baseline FILE`` compiles another version of ``layer_norm_cpu.cc`` (its
+``vec.h`` from FILE's folder, else ``lnorm/native``'s) with the library's
+flags and times its two kernels, called as ours calls them, as candidate
+``base``, with the column ``ours/base``: a kernel change measured before and
+after in one process, e.g. with FILE from ``git show
+REV:lnorm/native/layer_norm_cpu.cc``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 from pathlib import Path
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import jax
@@ -74,6 +85,7 @@ if __package__ in (None, ""):  # Run as `python scripts/bench_norm.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lnorm import fused_layer_norm  # pylint: disable=wrong-import-position
+from lnorm import native  # pylint: disable=wrong-import-position
 from lnorm.normalization import layer_norm  # pylint: disable=wrong-import-position
 from scripts.bench_timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
 
@@ -101,9 +113,44 @@ def _block(tree):
   return jax.block_until_ready(tree)
 
 
-def jax_candidates(x, g, b, dy):
-  """ours, its XLA version, flax and the affine reference, forward and
-  forward+backward, all jitted."""
+BASE_FWD, BASE_BWD = "lnorm_bench_base_fwd", "lnorm_bench_base_bwd"
+
+
+def build_baseline(src: Path) -> None:
+  """Compiles ``src`` (a layer_norm_cpu.cc) and registers its kernels as
+  BASE_FWD and BASE_BWD."""
+  out = Path(tempfile.mkdtemp(prefix="lnorm_bench_")) / "base.so"
+  proc = subprocess.run(
+      [native._compiler(), *native.FLAGS, "-I", str(src.resolve().parent),  # pylint: disable=protected-access
+       "-I", str(native.HERE), "-I", jax.ffi.include_dir(), str(src), "-o",
+       str(out)], capture_output=True, text=True)
+  if proc.returncode != 0:
+    sys.exit(f"error: --baseline {src} does not build: "
+             f"{proc.stderr.strip().splitlines()[-1:]}")
+  lib = ctypes.cdll.LoadLibrary(str(out))  # RTLD_LOCAL: its own symbols
+  for target, symbol in ((BASE_FWD, "LnormLayerNormFwd"),
+                         (BASE_BWD, "LnormLayerNormBwd")):
+    jax.ffi.register_ffi_target(
+        target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+
+
+def base_layer_norm(x, g, b):
+  return jax.ffi.ffi_call(BASE_FWD, jax.ShapeDtypeStruct(x.shape, x.dtype))(
+      x, g, b, eps=np.float32(EPS))
+
+
+def base_fwd_bwd(x, g, b, dy):
+  """What ours lowers to: the forward kernel, then the backward kernel."""
+  out = (jax.ShapeDtypeStruct(x.shape, x.dtype),
+         jax.ShapeDtypeStruct(g.shape, g.dtype),
+         jax.ShapeDtypeStruct(g.shape, g.dtype))
+  grads = jax.ffi.ffi_call(BASE_BWD, out)(x, g, dy, eps=np.float32(EPS))
+  return base_layer_norm(x, g, b), tuple(grads)
+
+
+def jax_candidates(x, g, b, dy, baseline: bool = False):
+  """ours, its XLA version, flax and the affine reference (and base, with
+  ``baseline``), forward and forward+backward, all jitted."""
   dev = jax.devices()[0]
   x, g, b, dy = (jax.device_put(a, dev) for a in (x, g, b, dy))
 
@@ -138,6 +185,10 @@ def jax_candidates(x, g, b, dy):
     gj = fwd_bwd(f)
     out[(name, "fwd")] = lambda fj=fj: _block(fj(x, g, b))
     out[(name, "fwd+bwd")] = lambda gj=gj: _block(gj(x, g, b, dy))
+  if baseline:
+    bf, bfb = jax.jit(base_layer_norm), jax.jit(base_fwd_bwd)
+    out[("base", "fwd")] = lambda: _block(bf(x, g, b))
+    out[("base", "fwd+bwd")] = lambda: _block(bfb(x, g, b, dy))
   out[("floor", "fwd")] = lambda: _block(floor["fwd"](x, g, b))
   out[("floor", "fwd+bwd")] = lambda: _block(floor["fwd+bwd"](x, g, b, dy))
   return out, str(dev)
@@ -177,7 +228,7 @@ def check_agreement(cands):
   ref_y = np.asarray(cands[("flax", "fwd")]())
   ref_y2, ref_g = cands[("flax", "fwd+bwd")]()
   np.testing.assert_allclose(np.asarray(ref_y2), ref_y, rtol=1e-6, atol=1e-6)
-  for name in ("ours", "xla", "torch"):
+  for name in ("ours", "xla", "base", "torch"):
     if (name, "fwd") not in cands:
       continue
     y = cands[(name, "fwd")]()
@@ -193,7 +244,7 @@ def check_agreement(cands):
 
 
 def bench_shape(shape, repeats: int, sample_s: float, stat=statistics.median,
-                seed: int = 0):
+                seed: int = 0, baseline: bool = False):
   rng = np.random.default_rng(seed)
   h = shape[-1]
   x = rng.standard_normal(shape, dtype=np.float32)
@@ -201,8 +252,10 @@ def bench_shape(shape, repeats: int, sample_s: float, stat=statistics.median,
   b = (0.1 * rng.standard_normal(h)).astype(np.float32)
   dy = rng.standard_normal(shape, dtype=np.float32)
 
-  cands, jax_dev = jax_candidates(x, g, b, dy)
+  cands, jax_dev = jax_candidates(x, g, b, dy, baseline)
   devices = {"ours": jax_dev, "xla": jax_dev, "flax": jax_dev, "affine": jax_dev}
+  if baseline:
+    devices["base"] = jax_dev
   if torch is not None:
     tc, tdev = torch_candidates(x, g, b, dy)
     cands.update(tc)
@@ -230,7 +283,16 @@ def main(argv=None) -> int:
                       "min is less sensitive to a loaded machine)")
   p.add_argument("--torch-threads", type=int, default=None,
                  help="torch.set_num_threads(N) (default: torch's own choice)")
+  p.add_argument("--baseline", type=Path, default=None,
+                 help="another layer_norm_cpu.cc, timed as candidate base")
   args = p.parse_args(argv)
+  if args.baseline is not None:
+    if not args.baseline.is_file():
+      sys.exit(f"error: --baseline {args.baseline}: no such file")
+    if not native.load():
+      sys.exit("error: --baseline needs lnorm's native kernels, which are "
+               "unavailable here")
+    build_baseline(args.baseline)
   if torch is not None and args.torch_threads:
     torch.set_num_threads(args.torch_threads)
 
@@ -246,7 +308,8 @@ def main(argv=None) -> int:
   devices = {}
   for shape in args.shapes:
     med, devices = bench_shape(shape, args.repeats, args.sample_ms * 1e-3,
-                               stat=statistics.median if args.stat == "median" else min)
+                               stat=statistics.median if args.stat == "median" else min,
+                               baseline=args.baseline is not None)
     rows.append((shape, med))
   elapsed = time.perf_counter() - t_start
 
@@ -254,10 +317,15 @@ def main(argv=None) -> int:
   print("devices: " + ", ".join(f"{k} on {v}" for k, v in devices.items()))
   print()
   unit = "µs" if args.stat == "median" else "µs, min"
+  have_base = args.baseline is not None
   head = ["shape", "pass", f"ours ({unit})", f"xla ({unit})", f"flax ({unit})"]
+  if have_base:
+    head.append(f"base ({unit})")
   if have_torch:
     head.append(f"torch ({unit})")
   head += [f"affine ({unit})", f"floor ({unit})", "ours/xla", "ours/flax"]
+  if have_base:
+    head.append("ours/base")
   if have_torch:
     head.append("ours/torch")
   head.append("affine/flax")
@@ -268,12 +336,16 @@ def main(argv=None) -> int:
       o, f = med[("ours", kind)], med[("flax", kind)]
       xl = med[("xla", kind)]
       cells = ["x".join(map(str, shape)), kind, f"{o:.1f}", f"{xl:.1f}", f"{f:.1f}"]
+      if have_base:
+        cells.append(f"{med[('base', kind)]:.1f}")
       if have_torch:
         t = med[("torch", kind)]
         cells.append(f"{t:.1f}")
       a = med[("affine", kind)]
       cells += [f"{a:.1f}", f"{med[('floor', kind)]:.1f}", f"{o / xl:.2f}",
                 f"{o / f:.2f}"]
+      if have_base:
+        cells.append(f"{o / med[('base', kind)]:.2f}")
       if have_torch:
         cells.append(f"{o / t:.2f}")
       cells.append(f"{a / f:.2f}")

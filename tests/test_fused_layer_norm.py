@@ -4,6 +4,7 @@ The references are float64 NumPy (the forward) and autodiff of a naive
 float64 layer norm (the derivatives), written from the paper's equations.
 """
 
+import functools
 import os
 import subprocess
 import sys
@@ -93,6 +94,47 @@ def test_rows_far_from_zero_with_outliers_first(mean, impl):
   g = jax.jit(jax.grad(lambda x: jnp.sum(N.layer_norm(x) * dy)))(x)
   ones = np.ones(1000, np.float32)
   assert rel_err(g, grads64(x, ones, 0 * ones, dy)[0]) < 1e-3
+
+
+# Rows far longer than any model's, in U(0, 1), and far from zero: a
+# ConvNet layer's 28 x 28 x 32 units of 1e4 + N(0, 0.1), and 2^20 of them.
+# Float32 accumulators over a whole row were off by ~1e-5 at 2^20 uniform
+# elements and ~1e-4 far from zero; float rounding of y is ~2.4e-7 here.
+LONG = [("uniform", 2, 1 << 20), ("far", 4, 28 * 28 * 32), ("far", 2, 1 << 20)]
+
+
+@functools.cache
+def long_case(kind, rows, n):
+  """Inputs, and the float64 references: numpy's forward, and autodiff of the
+  naive float64 layer norm (jitted: eager, it takes seconds at 2^20)."""
+  rng = np.random.default_rng(n + rows)
+  x = (rng.random((rows, n)) if kind == "uniform"
+       else 1e4 + rng.normal(0, 0.1, (rows, n))).astype(np.float32)
+  g = (1 + 0.3 * rng.normal(size=n)).astype(np.float32)
+  b = (0.3 * rng.normal(size=n)).astype(np.float32)
+  dy = rng.normal(size=(rows, n)).astype(np.float32)
+  x64 = x.astype(np.float64)
+  y_ref = ((x64 - x64.mean(1, keepdims=True))
+           / np.sqrt(x64.var(1, keepdims=True) + EPS)) * g + b
+  with jax.enable_x64(True):
+    loss = lambda x, g, b, dy: jnp.sum(naive_layer_norm(x, g, b) * dy)
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(
+        *(a.astype(np.float64) for a in (x, g, b, dy)))
+  return (x, g, b, dy), y_ref, [np.asarray(r) for r in grads]
+
+
+@pytest.mark.parametrize("kind,rows,n", LONG)
+def test_long_rows_match_float64(kind, rows, n, impl):
+  (x, g, b, dy), y_ref, grads_ref = long_case(kind, rows, n)
+
+  def step(x, g, b, dy):
+    y, vjp = jax.vjp(N.layer_norm, x, g, b)
+    return y, vjp(dy)
+
+  y, grads = jax.jit(step)(x, g, b, dy)
+  assert rel_err(y, y_ref) < 1e-6
+  for o, r in zip(grads, grads_ref):
+    assert rel_err(o, r) < 1e-6
 
 
 def test_forward_mode_and_second_order_match_float64(impl):
