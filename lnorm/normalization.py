@@ -30,11 +30,13 @@ Numerics shared by every function in this file:
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+import numpy as np
 
 from lnorm import fused_layer_norm
 
@@ -47,17 +49,33 @@ def stat_dtype(dtype) -> jnp.dtype:
   return jnp.promote_types(dtype, jnp.float32)
 
 
+def _index(a) -> int | None:
+  """a as an int, or None when it is not an integer (bools are not axes)."""
+  if isinstance(a, (bool, np.bool_)):
+    return None
+  try:
+    return operator.index(a)
+  except TypeError:
+    return None
+
+
 def _axes(axis: Axes, ndim: int) -> tuple[int, ...]:
-  axes = (axis,) if isinstance(axis, int) else tuple(axis)
-  if not axes:
-    raise ValueError("axis must name at least one axis")
-  out = []
-  for a in axes:
-    if not -ndim <= a < ndim:
-      raise ValueError(f"axis {a} is out of range for an array of rank {ndim}")
-    out.append(a % ndim)
-  if len(set(out)) != len(out):
-    raise ValueError(f"axis {axis} repeats an axis")
+  """``axis`` as sorted non-negative axes; a ValueError that says what is
+  valid for anything else (a string, a float, an out-of-range or repeated
+  axis, an empty sequence)."""
+  single = _index(axis)
+  if single is not None:
+    axes = [single]
+  elif isinstance(axis, (Sequence, np.ndarray)) and not isinstance(axis, str):
+    axes = [_index(a) for a in axis]
+  else:
+    axes = [None]
+  out = [a % ndim if a is not None and -ndim <= a < ndim else None
+         for a in axes]
+  if not out or None in out or len(set(out)) != len(out):
+    raise ValueError(
+        f"axis={axis!r} is not valid for an input of rank {ndim}: give an int "
+        f"in [-{ndim}, {ndim}) or a non-empty sequence of distinct such ints")
   return tuple(sorted(out))
 
 

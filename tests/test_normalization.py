@@ -252,7 +252,30 @@ def test_bad_arguments_raise():
   x = jnp.ones((2, 3))
   with pytest.raises(ValueError, match="gain has shape"):
     N.layer_norm(x, jnp.ones(4))
-  with pytest.raises(ValueError, match="out of range"):
+  with pytest.raises(ValueError, match="axis=2 is not valid"):
     N.layer_norm(x, axis=2)
-  with pytest.raises(ValueError, match="repeats"):
+  with pytest.raises(ValueError, match=r"axis=\(1, -1\) is not valid"):
     N.rms_norm(x, axis=(1, -1))
+
+
+FUNCTIONS = {
+    "layer_norm": N.layer_norm, "rms_norm": N.rms_norm,
+    "batch_norm": N.batch_norm, "weight_norm": N.weight_norm,
+    "centered_moments": N.centered_moments}
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+@pytest.mark.parametrize("axis", ["1", "last", 2, -3, 1.0, None, True, (),
+                                  (0, "b"), (0, 2), [1, 1]])
+def test_invalid_axis_is_a_value_error_that_says_what_is_valid(name, axis):
+  with pytest.raises(ValueError) as e:
+    FUNCTIONS[name](jnp.ones((2, 3)), axis=axis)
+  assert str(e.value) == (
+      f"axis={axis!r} is not valid for an input of rank 2: give an int in "
+      "[-2, 2) or a non-empty sequence of distinct such ints")
+
+
+@pytest.mark.parametrize("axis", [1, -1, np.int64(1), (1,), [-1], np.array([1])])
+def test_valid_axis_spellings_agree(axis):
+  x = jnp.asarray(RNG.normal(size=(2, 3)), jnp.float32)
+  np.testing.assert_array_equal(N.layer_norm(x, axis=axis), N.layer_norm(x))
