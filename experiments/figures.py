@@ -106,7 +106,8 @@ def draw(ax, runs: Runs, metric: str, x: str = "epoch") -> None:
 @dataclasses.dataclass(frozen=True)
 class Axis:
   """One plotted metric: its y label, scale, and an upper limit (the axis then
-  runs from 0 to at most ``ymax``, so that early spikes do not flatten the rest)."""
+  runs from 0 to at most ``ymax``, so that early spikes do not flatten the rest;
+  unless every curve lies above it, as in a short smoke run)."""
   metric: str
   ylabel: str | None = None
   yscale: str = "linear"
@@ -121,7 +122,9 @@ def _style(ax, axis: Axis, x: str, title: str | None) -> None:
   if title:
     ax.set_title(title)
   if axis.ymax is not None:
-    ax.set_ylim(0, min(axis.ymax, ax.get_ylim()[1]))
+    top = ax.get_ylim()[1]
+    lowest = min((np.nanmin(l.get_ydata()) for l in ax.get_lines()), default=np.inf)
+    ax.set_ylim(0, min(axis.ymax, top) if lowest < axis.ymax else top)
   ax.grid(alpha=0.3)
   if ax.get_legend_handles_labels()[0]:
     ax.legend()

@@ -104,6 +104,17 @@ def test_series_is_mean_and_range_over_the_x_every_seed_has():
     figures.series(seeds, "m", "time")
 
 
+def test_ymax_caps_the_axis_unless_every_curve_lies_above_it(tmp_path, monkeypatch):
+  limits = []
+  monkeypatch.setattr(figures, "_save", lambda fig, path, **_: limits.append(
+      fig.axes[0].get_ylim()))
+  axis = figures.Axis("e", ymax=0.1)
+  figures.plot({"a": [{"epoch": 1, "e": 0.5}, {"epoch": 2, "e": 0.05}]}, tmp_path / "a.png", axis)
+  figures.plot({"a": [{"epoch": 1, "e": 0.5}, {"epoch": 2, "e": 0.3}]}, tmp_path / "b.png", axis)
+  assert limits[0] == (0, 0.1)
+  assert limits[1][0] == 0 and limits[1][1] > 0.5
+
+
 def test_read_metrics_skips_only_a_partial_last_line(tmp_path):
   (tmp_path / "metrics.jsonl").write_text('{"step": 1, "m": 1}\n{"step": 2, "m": 2}\n{"step": 3, "m')
   assert figures.read_metrics(tmp_path) == [{"step": 1, "m": 1}, {"step": 2, "m": 2}]
