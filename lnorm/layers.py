@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import flax.linen as nn
+from flax.linen.dtypes import promote_dtype
 import jax
 import jax.numpy as jnp
 
@@ -23,7 +24,12 @@ class _Normalized(nn.Module):
   shared by the dense and convolutional layers. Layer and RMS norm use every
   unit of an example (for a convolution: all of H x W x C, as in section 6.7);
   batch norm uses every position of a feature (for a convolution: N x H x W).
-  Gains and biases are per feature."""
+  Gains and biases are per feature.
+
+  ``dtype`` and ``param_dtype`` as in Flax's layers: parameters are created
+  in ``param_dtype``; the computation runs in ``dtype`` (None: the inputs'
+  and parameters' promoted dtype), statistics in at least float32, and
+  batch norm's running averages stay float32."""
   features: int
   norm: str = "none"
   eps: float = 1e-5
@@ -31,6 +37,8 @@ class _Normalized(nn.Module):
   unbiased: bool = False          # batch norm: N/(N-1) variance in training
   axis_name: str | None = None    # batch norm: statistics across devices
   kernel_init: Callable = nn.initializers.lecun_normal()
+  dtype: jnp.dtype | None = None
+  param_dtype: jnp.dtype = jnp.float32
 
   def kernel_shape(self, x: jax.Array) -> tuple[int, ...]:
     raise NotImplementedError
@@ -41,13 +49,15 @@ class _Normalized(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool = True) -> jax.Array:
     norms.check(self.norm, NORMS)
-    F = self.features
-    w = self.param("kernel", self.kernel_init, self.kernel_shape(x))
-    b_F = self.param("bias", nn.initializers.zeros, (F,))
+    F, pd = self.features, self.param_dtype
+    w = self.param("kernel", self.kernel_init, self.kernel_shape(x), pd)
+    b_F = self.param("bias", nn.initializers.zeros, (F,), pd)
     if self.norm == "none":
+      x, w, b_F = promote_dtype(x, w, b_F, dtype=self.dtype)
       a = self.summed_inputs(x, w)
       return a + _row(b_F, a.ndim)
-    g_F = self.param("gain", nn.initializers.ones, (F,))
+    g_F = self.param("gain", nn.initializers.ones, (F,), pd)
+    x, w, b_F, g_F = promote_dtype(x, w, b_F, g_F, dtype=self.dtype)
     if self.norm == "weight":
       # Each unit's incoming weights (all axes but the last) to unit norm.
       a = self.summed_inputs(x, N.weight_norm(w, g_F, axis=tuple(range(w.ndim - 1))))
@@ -59,7 +69,8 @@ class _Normalized(nn.Module):
     f = N.layer_norm if self.norm == "layer" else N.rms_norm
     if a.ndim == 2:
       return f(a, g_F, b_F, eps=self.eps)
-    return f(a, axis=units, eps=self.eps) * _row(g_F, a.ndim) + _row(b_F, a.ndim)
+    y = f(a, axis=units, eps=self.eps)
+    return y * _row(g_F, a.ndim) + _row(b_F, a.ndim)
 
   def _batch_norm(self, a, g_F, b_F, train: bool) -> jax.Array:
     F = self.features
@@ -74,8 +85,10 @@ class _Normalized(nn.Module):
                              unbiased=self.unbiased, axis_name=self.axis_name)
     if not self.is_initializing():
       d = self.momentum
-      mean.value = d * mean.value + (1 - d) * jax.lax.stop_gradient(m.reshape(F))
-      var.value = d * var.value + (1 - d) * jax.lax.stop_gradient(v.reshape(F))
+      m, v = (jax.lax.stop_gradient(s.reshape(F)).astype(jnp.float32)
+              for s in (m, v))
+      mean.value = d * mean.value + (1 - d) * m
+      var.value = d * var.value + (1 - d) * v
     return y
 
 

@@ -104,3 +104,48 @@ def test_norm_conv_matches_equations(norm):
     var = ((a - mu) ** 2).mean(axes, keepdims=True)
     ref = g * (a - mu) / np.sqrt(var + 1e-5) + b
   np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def _layer(kind, norm, **kw):
+  from lnorm.layers import NormConv
+  if kind == "dense":
+    return NormDense(4, norm=norm, **kw), jnp.asarray(RNG.normal(1, 2, (3, 5)))
+  return NormConv(4, norm=norm, **kw), jnp.asarray(RNG.normal(1, 2, (2, 5, 4, 3)))
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+@pytest.mark.parametrize("norm", NORMS)
+def test_float32_inputs_with_x64_on_give_float32_params_and_outputs(kind, norm):
+  # Flax's default param_dtype is float32 whatever jax_enable_x64 says; the
+  # kernel initializer's own default (jnp.float_) would be float64.
+  with jax.enable_x64(True):
+    layer, x = _layer(kind, norm)
+    x = x.astype(jnp.float32)
+    v = layer.init(jax.random.key(0), x)
+    assert {a.dtype for a in jax.tree.leaves(v)} == {jnp.dtype(jnp.float32)}
+    y, upd = layer.apply(v, x, mutable=["batch_stats"])
+    assert y.dtype == jnp.float32
+    assert {a.dtype for a in jax.tree.leaves(upd)} <= {jnp.dtype(jnp.float32)}
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+@pytest.mark.parametrize("norm", NORMS)
+def test_dtype_and_param_dtype_as_in_flax(kind, norm):
+  layer, x = _layer(kind, norm, dtype=jnp.bfloat16)
+  x = x.astype(jnp.float32)
+  v = layer.init(jax.random.key(0), x)
+  assert {a.dtype for a in jax.tree.leaves(v["params"])} == {jnp.dtype(jnp.float32)}
+  y = layer.apply(v, x, mutable=["batch_stats"])[0]
+  assert y.dtype == jnp.bfloat16
+  # The same layer in float32 computes the same function, to bfloat16 rounding.
+  ref = _layer(kind, norm)[0].apply(v, x, mutable=["batch_stats"])[0]
+  assert ref.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(y, np.float32), ref, rtol=0.05, atol=0.05)
+  # param_dtype sets the parameters; with dtype None the computation runs in
+  # the promoted dtype of inputs and parameters.
+  layer16, _ = _layer(kind, norm, param_dtype=jnp.bfloat16)
+  v16 = layer16.init(jax.random.key(0), x.astype(jnp.bfloat16))
+  assert {a.dtype for a in jax.tree.leaves(v16["params"])} == {jnp.dtype(jnp.bfloat16)}
+  assert layer16.apply(v16, x.astype(jnp.bfloat16),
+                       mutable=["batch_stats"])[0].dtype == jnp.bfloat16
+  assert layer16.apply(v16, x, mutable=["batch_stats"])[0].dtype == jnp.float32
