@@ -1,0 +1,92 @@
+r"""Skip-thought vectors with and without layer norm (paper §6.3, Table 3, Figure 3).
+
+The uni-skip model of Kiros et al. (2015): a GRU encoder and two GRU decoders
+(previous and next sentence) conditioned on the sentence vector at every step;
+``norm=layer`` makes all three LN-GRUs (eqs. 26-28), ``norm=none`` is the
+baseline (eqs. 23-25). Adam after global-norm clipping at 5, Kiros et al.'s
+settings. BookCorpus cannot be had here: the default corpus is the 17
+Gutenberg books in ``<data_dir>/text/gutenberg`` (59,125 training triples from
+15 books, 7,213 held-out from 2; lnorm/data/books.py), or ``text_dir`` for any
+folder of one-sentence-a-line books (BookCorpus's own files). Every evaluation
+records the held-out per-word NLL and the SentEval tasks of ``eval_tasks``
+(lnorm/senteval.py; data in ``<data_dir>/senteval``) in metrics.jsonl.
+
+Command (one run each):
+  LNORM_DATA_DIR=../shared/data python -m experiments.main \
+      --config configs/skipthoughts.py:cpu --workdir runs/skip_ln --config.norm=layer
+  (and --workdir runs/skip_base --config.norm=none)
+Full evaluation of any checkpoint (10 folds, inner C selection, all tasks):
+  LNORM_DATA_DIR=../shared/data python -m scripts.eval_skipthoughts --workdir runs/skip_ln
+Both runs and Table 3: python scripts/reproduce.py table3 [--preset cpu]
+Presets:
+  ``:paper`` (default): Kiros et al.'s model and settings: 620-d words, 2400 GRU
+    units, 20,000 words, sentences of up to 30 tokens, batch 64, Adam at 2e-4
+    (their code's Adam ignores the rate it is passed and uses 2e-4), clipping
+    at 5. 20 epochs of the stand-in corpus (18,460 updates); the paper trained
+    about 1M updates on BookCorpus (~74M sentences). A GPU run.
+  ``:cpu``: 128-d words, 512 units, 8,000 words, Adam at 1e-3, 8 epochs
+    (7,384 updates), evaluated every 923 updates (an epoch) on all five tasks
+    with 5 folds and C = 1 (no inner selection), all of SICK and up to 4,000
+    sentences of each classification set. A few hours a run here.
+  ``:smoke``: a tiny model, 200 updates on the first 6,400 triples, SICK and MR
+    on 2 folds, for tests.
+Runtime, measured on the shared 2-core CPU with ``python -m scripts.bench_skipthoughts``
+and the smoke preset (see the issue's closing note for the commands):
+  paper: ~16 s an update on this CPU (~80 h a run); on one GPU: not measured.
+  cpu:   ~1.0 s an update, so ~2 h of training a run, plus ~1 min for each
+         of the 8 evaluations.
+  smoke: about a minute, most of it compiling and evaluating.
+Paper's result (Table 3, Figure 3; uni-skip, 2400 units, BookCorpus, about 1M
+updates): with LN, SICK r and rho are higher and MSE lower, and MR, CR, SUBJ and
+MPQA accuracies higher, than without; LN also improves faster along training.
+(Its numbers are not copied here: take them from the paper's Table 3.) On 1.4M
+tokens of Gutenberg the absolute numbers cannot come near the paper's; the
+comparison between the two norms can still be made.
+Gradient clipping: Kiros et al.'s paper says norm 10, their training code 5;
+we use the code's 5.
+"""
+
+import ml_collections
+
+
+def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.experiment = "skipthoughts"  # the loop in experiments/skipthoughts.py
+  c.norm = "layer"              # none (GRU, eqs. 23-25) | layer (LN-GRU, eqs. 26-28)
+  c.seed = 0                    # PRNG seed: init and shuffling; the CV folds use seed + 1111
+  c.batch_size = 64             # triples per update (Kiros et al.'s)
+  c.num_epochs = 20             # passes over the training triples
+  c.learning_rate = 2e-4        # Adam's rate (Kiros et al.'s code: 2e-4)
+  c.data_dir = ""               # '' = $LNORM_DATA_DIR, else ~/.cache/lnorm/data; holds text/gutenberg and senteval
+  c.text_dir = ""               # '' = the Gutenberg books; else a folder of *.txt books, one sentence a line
+  c.heldout_books = "austen-persuasion.txt,chesterton-thursday.txt"  # held-out file names in text_dir
+  c.num_train = 0               # training triples used (the first N, in book order); 0 = all
+  c.vocab_size = 20000          # words incl. PAD, EOS, UNK; the most frequent training tokens
+  c.max_len = 30                # tokens per training sentence incl. EOS; longer ones are cut (Kiros: 30)
+  c.embed_dim = 620             # word vectors (Kiros et al.: 620)
+  c.features = 2400             # GRU units of the encoder and each decoder (uni-skip: 2400)
+  c.eps = 1e-5                  # layer norm eps (added to the variance)
+  c.grad_clip_norm = 5.0        # global-norm gradient clipping (Kiros et al.: 5); 0 = off
+  c.eval_every_steps = 2000     # evaluate (and checkpoint) every N updates, and at epoch ends
+  c.steps_per_call = 100        # at most N updates a jitted call (progress moves between)
+  c.num_heldout = 2000          # held-out triples for heldout_nll; 0 = all 7,213
+  c.eval_batch_size = 256       # sentences a batch when encoding and for heldout_nll
+  c.eval_max_len = 64           # tokens per evaluation sentence incl. EOS; longer ones are cut
+  c.eval_tasks = "SICK,MR,CR,SUBJ,MPQA"  # SentEval tasks at each evaluation; '' = none
+  c.eval_folds = 10             # cross-validation folds (MR, CR, SUBJ, MPQA)
+  c.eval_inner_folds = 5        # inner folds to choose C on the training folds; 0 = C = 1
+  c.eval_max_examples = 0       # sentences per classification set (a seeded subset); 0 = all
+  if preset == "paper":
+    pass
+  elif preset == "cpu":
+    c.embed_dim, c.features, c.vocab_size, c.learning_rate = 128, 512, 8000, 1e-3
+    c.num_epochs, c.eval_every_steps, c.steps_per_call = 8, 923, 50
+    c.eval_folds, c.eval_inner_folds, c.eval_max_examples = 5, 0, 4000
+  elif preset == "smoke":
+    c.embed_dim, c.features, c.vocab_size, c.max_len, c.batch_size = 16, 32, 500, 12, 32
+    c.num_train = 6400
+    c.num_epochs, c.eval_every_steps, c.steps_per_call, c.num_heldout = 1, 0, 0, 256
+    c.eval_tasks, c.eval_folds, c.eval_inner_folds, c.eval_max_examples = "SICK,MR", 2, 0, 400
+  else:
+    raise ValueError(f"unknown preset {preset!r}; choose paper, cpu or smoke")
+  return c

@@ -1,0 +1,186 @@
+"""Skip-thought vectors with and without layer-normalized GRUs (paper §6.3,
+Table 3, Figure 3), on the shared run loop (experiments/loop.py).
+
+Trains the uni-skip model (lnorm/skipthoughts.py) on (previous, current, next)
+sentence triples (lnorm/data/books.py) with Adam after global-norm gradient
+clipping, as Kiros et al.'s code does. Every evaluation records the held-out
+books' per-word NLL and the SentEval tasks of ``config.eval_tasks``
+(lnorm/senteval.py) into metrics.jsonl, so that Figure 3's curves are the
+``SICK_r``, ``MR_acc``, ... columns against ``step``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax.training.train_state import TrainState
+
+from experiments import loop
+from experiments.errors import check, check_common
+from lnorm import senteval, skipthoughts
+from lnorm.data import books
+from lnorm.skipthoughts import NORMS, SkipThoughts
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  check_common(config, NORMS)
+  for f in ("vocab_size", "embed_dim", "features", "eval_batch_size"):
+    check(config[f] >= 1, f"{f}={config[f]} is not valid; it must be at least 1")
+  check(config.vocab_size > len(books.SPECIALS),
+        f"vocab_size={config.vocab_size} must exceed {len(books.SPECIALS)}")
+  check(config.max_len >= 2, f"max_len={config.max_len} must be at least 2")
+  check(config.eps > 0, f"eps={config.eps} must be > 0")
+  check(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm} must be >= 0")
+  check(config.num_train >= 0, f"num_train={config.num_train} must be 0 (all) or more")
+  check(config.num_heldout >= 0, f"num_heldout={config.num_heldout} must be >= 0")
+  bad = [t for t in config.eval_tasks.split(",") if t and t not in senteval.TASKS]
+  check(not bad, f"eval_tasks has {bad}; choose from: {', '.join(senteval.TASKS)}")
+  check(config.eval_folds >= 2, f"eval_folds={config.eval_folds} must be at least 2")
+  check(config.eval_inner_folds == 0 or config.eval_inner_folds >= 2,
+        f"eval_inner_folds={config.eval_inner_folds} must be 0 (C = 1) or at least 2")
+  check(config.eval_max_examples >= 0, "eval_max_examples must be 0 (all) or more")
+
+
+def tasks(config) -> tuple[str, ...]:
+  return tuple(t for t in config.eval_tasks.split(",") if t)
+
+
+def load_corpus(config) -> books.Corpus:
+  """The Gutenberg books, or any directory of one-sentence-a-line books."""
+  if config.text_dir:
+    held = tuple(h for h in config.heldout_books.split(",") if h)
+    train, heldout = books.split_books(books.book_files(config.text_dir), held)
+    corpus = books.load_corpus(train, heldout, config.vocab_size, config.max_len)
+  else:
+    corpus = books.load_gutenberg(config.data_dir, config.vocab_size, config.max_len)
+  if config.num_train:
+    t = corpus.train
+    keep = t.middle[:config.num_train]
+    corpus = books.Corpus(books.Triples(t.tokens, keep, t.documents, t.doc_of), corpus.heldout,
+                          corpus.vocab)
+  check(len(corpus.train) >= config.batch_size,
+        f"batch_size={config.batch_size} is larger than the {len(corpus.train)} training "
+        "triples")
+  return corpus
+
+
+@functools.lru_cache(maxsize=None)  # equal configs share jitted steps (see draw.py)
+def _model(**fields) -> SkipThoughts:
+  return SkipThoughts(**fields)
+
+
+def create_model(config, vocab_size: int) -> SkipThoughts:
+  return _model(vocab_size=vocab_size, embed_dim=config.embed_dim, features=config.features,
+                norm=config.norm, eps=config.eps)
+
+
+@functools.lru_cache(maxsize=None)
+def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTransformation:
+  """Adam (beta 0.9, 0.999, eps 1e-8, as Kiros et al.'s), after global-norm clipping."""
+  tx = optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+  if grad_clip_norm:
+    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
+  return tx
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _init_params(model: SkipThoughts, rng: jax.Array, max_len: int) -> Any:
+  t = jnp.ones((2, max_len), jnp.int32)
+  return model.init(rng, t, t, t)["params"]
+
+
+def create_train_state(config, vocab_size: int, rng: jax.Array) -> TrainState:
+  model = create_model(config, vocab_size)
+  return TrainState.create(apply_fn=model.apply,
+                           params=_init_params(model, rng, config.max_len),
+                           tx=optimizer(config.learning_rate, config.grad_clip_norm))
+
+
+def train_step(model: SkipThoughts, state: TrainState, batch: tuple[jax.Array, ...]
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
+  (_, metrics), grads = jax.value_and_grad(
+      lambda p: skipthoughts.loss(model, p, *batch), has_aux=True)(state.params)
+  return state.apply_gradients(grads=grads), metrics
+
+
+def feed(triples: books.Triples, train_key: jax.Array, batch_size: int) -> loop.EpochShuffle:
+  def batch(data, xs):
+    m_B = data["middle"][xs["idx"]]
+    t = data["tokens"]
+    return t[m_B - 1], t[m_B], t[m_B + 1]
+
+  return loop.EpochShuffle(
+      data={"tokens": jnp.asarray(triples.tokens), "middle": jnp.asarray(triples.middle)},
+      num_examples=len(triples), batch_size=batch_size,
+      shuffle_key=lambda epoch: jax.random.fold_in(train_key, epoch), batch=batch)
+
+
+def eval_step(model: SkipThoughts, params: Any, prev: jax.Array, cur: jax.Array,
+              nxt: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(summed NLL, number of words) over both decoders."""
+  lp, ln = model.apply({"params": params}, prev, cur, nxt)
+  sp, np_ = skipthoughts.token_nll(lp, prev)
+  sn, nn_ = skipthoughts.token_nll(ln, nxt)
+  return (sp + sn).sum(), (np_ + nn_).sum()
+
+
+def heldout_nll(model: SkipThoughts, params: Any, triples: books.Triples, n: int,
+                batch_size: int) -> float:
+  """Per-word NLL of the first ``n`` held-out triples (0 = all), in padded chunks."""
+  n = len(triples) if n == 0 else min(n, len(triples))
+  step = jax.jit(functools.partial(eval_step, model))
+  total, words = 0.0, 0.0
+  for s in range(0, n, batch_size):
+    idx = np.arange(s, s + batch_size) % n
+    prev, cur, nxt = triples.batch(idx)
+    keep = (np.arange(s, s + batch_size) < n)[:, None]  # a padded row is all PAD
+    nll, w = step(params, *(jnp.asarray(np.where(keep, t, books.PAD)) for t in (prev, cur, nxt)))
+    total, words = total + float(nll), words + float(w)
+  return total / max(words, 1.0)
+
+
+def evaluate(model: SkipThoughts, params: Any, vocab: books.Vocab, config,
+             corpus: books.Corpus | None = None) -> dict[str, float]:
+  """Held-out NLL (if ``corpus``) and the SentEval metrics of ``config.eval_tasks``."""
+  out = {}
+  if corpus is not None and len(corpus.heldout):
+    out["heldout_nll"] = heldout_nll(model, params, corpus.heldout, config.num_heldout,
+                                     config.eval_batch_size)
+  if tasks(config):
+    encode = skipthoughts.make_encoder(model, params, vocab, batch_size=config.eval_batch_size,
+                                       max_len=config.eval_max_len)
+    inner = config.eval_inner_folds
+    out |= senteval.evaluate(encode, tasks(config), config.data_dir, n_folds=config.eval_folds,
+                             inner_folds=max(inner, 2), Cs=senteval.CS if inner else (1.0,),
+                             max_examples=config.eval_max_examples, seed=config.seed + 1111)
+  return out
+
+
+def _keys(seed: int) -> dict[str, jax.Array]:
+  return dict(zip(("init", "train"), jax.random.split(jax.random.key(seed), 2)))
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
+  validate(config)
+
+  def setup() -> loop.Task:
+    corpus = load_corpus(config)
+    keys = _keys(config.seed)
+    model = create_model(config, len(corpus.vocab))
+    train = feed(corpus.train, keys["train"], config.batch_size)
+    return loop.Task(
+        state=create_train_state(config, len(corpus.vocab), keys["init"]),
+        train_step=functools.partial(train_step, model), feed=train,
+        evaluate=lambda state: evaluate(model, state.params, corpus.vocab, config, corpus),
+        num_steps=config.num_epochs * train.steps_per_epoch,
+        steps_per_epoch=train.steps_per_epoch, examples_per_step=config.batch_size,
+        show=("train_nll", "heldout_nll") + (("SICK_r",) if "SICK" in tasks(config) else ())
+        + (("MR_acc",) if "MR" in tasks(config) else ()))
+
+  return loop.run(config, workdir, setup)
