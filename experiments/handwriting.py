@@ -1,0 +1,280 @@
+"""Handwriting synthesis on IAM-OnDB (section 6.5, Figure 5): Graves' network
+(lnorm/handwriting.py) with and without layer norm, its NLL in nats per line.
+
+Training: each step takes ``batch_size`` training lines, each cut to its first
+``max_len`` rows (its whole text kept), and one Adam update on the NLL per
+point of the batch. Clipping: the derivatives with respect to the network's
+outputs are clipped to [-output_grad_clip, output_grad_clip] as Graves does
+(section 5; his bound 100 is for the NLL summed over the line, so the bound
+here is scaled by the batch's points), and instead of his [-10, 10] on the
+LSTM derivatives, which the fused sequence LSTM does not expose, the
+parameter gradients are clipped to a global norm of ``grad_clip_norm``.
+
+Evaluation: the NLL of whole lines (``eval_max_len`` 0) or of their first
+``eval_max_len`` rows, summed over each line's rows and averaged over
+``num_eval`` lines of the valid and test splits (``valid_nll``, nats per
+line) and per row (``valid_nll_point``). At the end, ``samples.png`` (test
+lines beside the network writing their texts, with and without Graves' bias)
+and ``attention.png`` (the window phi(t, u), characters against time) go into
+the workdir.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax.training.train_state import TrainState
+
+from experiments import loop
+from experiments.errors import check, check_common
+from lnorm import handwriting as hw
+from lnorm.data import iam_ondb
+
+EVAL_SPLITS = ("valid", "test")
+_BUCKET = 250  # eval batches are padded to a multiple of this: a few shapes to compile
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  check_common(config, hw.NORMS)
+  for f in ("hidden", "num_layers", "num_window", "num_mixtures", "max_len", "eval_batch_size"):
+    check(config[f] >= 1, f"{f}={config[f]} is not valid; it must be at least 1")
+  for f in ("num_train", "num_eval", "eval_max_len", "num_samples", "num_steps"):
+    check(config[f] >= 0, f"{f}={config[f]} is not valid; it must be 0 or more")
+  check(config.eps > 0, f"eps={config.eps} must be > 0")
+  check(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm} must be 0 (off) or more")
+  check(config.output_grad_clip >= 0,
+        f"output_grad_clip={config.output_grad_clip} must be 0 (off) or more")
+  check(config.sample_bias >= 0, f"sample_bias={config.sample_bias} must be 0 or more")
+
+
+def load_data(config) -> iam_ondb.IamOnDB:
+  ds = iam_ondb.load(config.data_dir or None)
+  print(ds.counts(), flush=True)
+  n = min(config.num_train or len(ds.train), len(ds.train))
+  check(n >= config.batch_size,
+        f"batch_size={config.batch_size} is larger than the {n} training lines")
+  return ds
+
+
+def create_model(config) -> hw.Synthesis:
+  return _model(hw.Synthesis, **_fields(config))
+
+
+def create_step_model(config) -> hw.SynthesisStep:
+  return _model(hw.SynthesisStep, **_fields(config))
+
+
+def _fields(config) -> dict:
+  return dict(hidden=config.hidden, num_layers=config.num_layers, num_window=config.num_window,
+              num_mixtures=config.num_mixtures, num_chars=iam_ondb.NUM_CHARS, norm=config.norm,
+              eps=config.eps)
+
+
+@functools.lru_cache(maxsize=None)
+def _model(cls, **fields):
+  return cls(**fields)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _init_params(model: hw.Synthesis, rng: jax.Array) -> Any:
+  x = jnp.zeros((1, 2, 3))
+  return model.init(rng, x, jnp.zeros((1, 2), jnp.int32))["params"]
+
+
+@functools.lru_cache(maxsize=None)
+def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTransformation:
+  tx = optax.adam(learning_rate)
+  if grad_clip_norm:
+    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
+  return tx
+
+
+def create_train_state(config, rng: jax.Array) -> TrainState:
+  model = create_model(config)
+  return TrainState.create(apply_fn=model.apply, params=_init_params(model, rng),
+                           tx=optimizer(config.learning_rate, config.grad_clip_norm))
+
+
+def line_nll(model: hw.Synthesis, params, batch: dict, clip: jax.Array | None = None
+             ) -> jax.Array:
+  """NLL of each line's rows, summed (B,), nats. ``clip`` bounds the
+  derivatives w.r.t. the network's outputs."""
+  out = model.apply({"params": params}, batch["inputs"], batch["chars"], batch["char_mask"],
+                    batch["mask"])["out"]
+  if clip is not None:
+    out = hw.clip_gradient(out, clip)
+  per_point = hw.nll(out, batch["targets"], model.num_mixtures)
+  return jnp.sum(jnp.where(batch["mask"], per_point, 0.0), -1)
+
+
+def train_step(model: hw.Synthesis, output_grad_clip: float, state: TrainState, batch: dict
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
+  points = jnp.maximum(jnp.sum(batch["mask"]), 1).astype(jnp.float32)
+  clip = jnp.float32(output_grad_clip) / points if output_grad_clip else None
+
+  def loss_fn(params):
+    nll_B = line_nll(model, params, batch, clip)
+    return jnp.sum(nll_B) / points, jnp.mean(nll_B)
+
+  (loss, per_line), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  return state.apply_gradients(grads=grads), {
+      "nll_point": loss, "nll": per_line, "grad_norm": optax.global_norm(grads)}
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def eval_step(model: hw.Synthesis, params, batch: dict) -> jax.Array:
+  """[sum of line NLLs, rows] of a padded batch (lines with no rows add 0)."""
+  return jnp.stack([jnp.sum(line_nll(model, params, batch)),
+                    jnp.sum(batch["mask"]).astype(jnp.float32)])
+
+
+def eval_batches(split: iam_ondb.Split, num: int, max_len: int, batch_size: int) -> list[dict]:
+  """The first ``num`` lines (0 = all), sorted by length, in padded batches."""
+  n = min(num or len(split), len(split))
+  lengths = split.lengths()[:n]
+  if max_len:
+    lengths = np.minimum(lengths, max_len)
+  order = np.argsort(lengths, kind="stable")
+  out = []
+  for a in range(0, n, batch_size):
+    idx = order[a:a + batch_size]
+    T = int(-(-lengths[idx].max() // _BUCKET) * _BUCKET)
+    b = iam_ondb.batch(split, idx, T)
+    if max_len:
+      b["mask"][:, max_len:] = False
+    if len(idx) < batch_size:  # a fixed batch size: fewer shapes to compile
+      b = {k: np.concatenate([v, np.zeros((batch_size - len(idx),) + v.shape[1:], v.dtype)])
+           for k, v in b.items()}
+    out.append(b)
+  return out
+
+
+def evaluate(model: hw.Synthesis, params, batches: list[dict], num_lines: int) -> dict:
+  total = sum(np.asarray(eval_step(model, params, b), np.float64) for b in batches)
+  return {"nll": total[0] / max(num_lines, 1), "nll_point": total[0] / max(total[1], 1)}
+
+
+def train_arrays(split: iam_ondb.Split, num: int, max_len: int) -> dict[str, np.ndarray]:
+  n = min(num or len(split), len(split))
+  return iam_ondb.batch(split, np.arange(n), max_len,
+                        max([len(t) for t in split.texts[:n]] + [1]))
+
+
+def feed(data: dict, train_key: jax.Array, batch_size: int) -> loop.EpochShuffle:
+  return loop.EpochShuffle(
+      data=data, num_examples=int(data["mask"].shape[0]), batch_size=batch_size,
+      shuffle_key=lambda epoch: jax.random.fold_in(train_key, epoch),
+      batch=lambda d, xs: jax.tree.map(lambda a: a[xs["idx"]], d))
+
+
+# ------------------------------------------------------------------ samples
+
+
+def write_texts(config, params, texts: list[str], bias: float, key: jax.Array
+                ) -> dict[str, np.ndarray]:
+  ids = [iam_ondb.encode(t) for t in texts]
+  U = max(len(i) for i in ids)
+  chars = np.zeros((len(ids), U), np.int32)
+  cmask = np.zeros((len(ids), U), bool)
+  for k, i in enumerate(ids):
+    chars[k, :len(i)], cmask[k, :len(i)] = i, True
+  steps = int(config.sample_points_per_char * U + 50)
+  r = hw.sample(create_step_model(config), {"params": params}, key, jnp.asarray(chars),
+                jnp.asarray(cmask), steps, jnp.float32(bias))
+  return {k: np.asarray(v) for k, v in r.items()}
+
+
+def _draw_line(ax, rows: np.ndarray, scale: np.ndarray, title: str) -> None:
+  for s in iam_ondb.to_points(rows, scale):
+    ax.plot(s[:, 0], -s[:, 1], "k-", linewidth=1)  # y grows downwards on the board
+  ax.set_aspect("equal")
+  ax.set_axis_off()
+  ax.set_title(title, fontsize=8, loc="left")
+
+
+def save_samples(state: TrainState, config, ds: iam_ondb.IamOnDB, directory: str | Path
+                 ) -> tuple[Path, Path]:
+  """samples.png: per test line, the real line, then the network writing its
+  text unbiased and with bias ``sample_bias``; attention.png: phi(t, u) of the
+  first text's biased sample."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  directory = Path(directory)
+  n = min(config.num_samples, len(ds.test))
+  texts = [ds.test.texts[i] for i in range(n)]
+  key = jax.random.fold_in(jax.random.key(config.seed), 7)
+  drawn = {b: write_texts(config, state.params, texts, b, jax.random.fold_in(key, k))
+           for k, b in enumerate((0.0, float(config.sample_bias)))}
+  fig, axes = plt.subplots(3 * n, 1, figsize=(10, 1.6 * 3 * n), squeeze=False)
+  for i, text in enumerate(texts):
+    _draw_line(axes[3 * i, 0], ds.test.line(i), ds.scale, f"test line {ds.test.ids[i]}: {text}")
+    for j, (b, r) in enumerate(drawn.items(), 1):
+      end = max(int(r["end"][i]), 1)
+      _draw_line(axes[3 * i + j, 0], r["rows"][i, :end], ds.scale,
+                 f"norm={config.norm}, bias {b:g}: {text}")
+  fig.tight_layout()
+  samples = directory / "samples.png"
+  fig.savefig(samples, dpi=80)
+  plt.close(fig)
+
+  r = drawn[float(config.sample_bias)]
+  U, end = len(texts[0]), max(int(r["end"][0]), 1)
+  fig, ax = plt.subplots(figsize=(10, 3.5))
+  ax.imshow(r["phi"][0, :end, :U].T, aspect="auto", origin="lower", cmap="Greys",
+            interpolation="nearest")
+  ax.set_yticks(range(U), list(texts[0]), fontsize=6)
+  ax.set_xlabel("pen point t")
+  ax.set_title(f"window phi(t, u), norm={config.norm}, bias {config.sample_bias:g}",
+               fontsize=9)
+  attention = directory / "attention.png"
+  fig.savefig(attention, dpi=100, bbox_inches="tight")
+  plt.close(fig)
+  return samples, attention
+
+
+# ------------------------------------------------------------------ the run
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
+  validate(config)
+
+  def setup() -> loop.Task:
+    ds = load_data(config)
+    data = {k: jnp.asarray(v) for k, v in train_arrays(ds.train, config.num_train,
+                                                       config.max_len).items()}
+    keys = dict(zip(("init", "train"), jax.random.split(jax.random.key(config.seed))))
+    model = create_model(config)
+    train = feed(data, keys["train"], config.batch_size)
+    spe = train.steps_per_epoch
+    splits = {}
+    for s in EVAL_SPLITS:
+      split = getattr(ds, s)
+      splits[s] = (eval_batches(split, config.num_eval, config.eval_max_len,
+                                config.eval_batch_size),
+                   min(config.num_eval or len(split), len(split)))
+
+    def evaluate_splits(state: TrainState) -> dict[str, float]:
+      out = {}
+      for s, (batches, n) in splits.items():
+        out |= {f"{s}_{k}": float(v) for k, v in evaluate(model, state.params, batches, n).items()}
+      return out
+
+    return loop.Task(
+        state=create_train_state(config, keys["init"]),
+        train_step=functools.partial(train_step, model, float(config.output_grad_clip)),
+        feed=train, evaluate=evaluate_splits,
+        num_steps=config.num_steps or config.num_epochs * spe, steps_per_epoch=spe,
+        examples_per_step=config.batch_size, stepwise=True,
+        show=("train_nll", "valid_nll", "valid_nll_point"),
+        finish=lambda state, wd: save_samples(state, config, ds, wd) if config.num_samples else None)
+
+  return loop.run(config, workdir, setup)
