@@ -53,6 +53,8 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.eval_batch_size = 2000      # evaluation chunk; any size gives the same metrics
   c.scan_epoch = True           # each epoch one jitted lax.scan (else a step per call)
   c.eval_every_steps = 0        # evaluate (and checkpoint) every N updates too; 0 = per epoch
+  c.num_devices = 0             # data parallel over this many devices (the batch split over them); 0 = all
+  c.bn_stats = "global"         # batch norm over devices: global (the whole batch, synchronised) | local (each device's part)
   c.steps_per_call = 0          # at most N updates a jitted call (progress moves between); 0 = all to the next evaluation
   if preset == "paper":
     pass

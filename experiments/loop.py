@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from experiments import parallel
 from experiments import workdir as wdir
 from experiments.errors import NonFiniteLossError, UserError
 from experiments.progress import Progress, duration
@@ -246,13 +247,14 @@ def run(config: ml_collections.ConfigDict, workdir: str, setup: Callable[[], Tas
   what is there; returns the final state. ``setup`` runs after the workdir
   checks, so a bad workdir is reported before the data loads."""
   t_start = time.perf_counter()
-  with wdir.RunDir(workdir, config) as rd:
+  mesh = parallel.mesh_for(config)  # data parallel over its devices (parallel.py)
+  with parallel.run_dir(workdir, config, wdir.RunDir) as rd:
     data_dir = _resolve_data_dir(config)
     devices = ", ".join(f"{d.platform}:{d.id}" for d in jax.devices())
     print(f"{config.experiment}: workdir {rd.path}"
           + (f" | data {data_dir}" if data_dir is not None else "")
           + f" | devices {devices}", flush=True)
-    task = setup()
+    task = parallel.distribute(setup(), mesh, config.get("batch_size", 0))
     wd = rd.create()
     return _train(config, wd, task, t_start)
 
@@ -296,7 +298,7 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
     else:
       print(f"resuming from step {step} of {total}"
             + (f" (epoch {step // spe} of {num_epochs})" if spe else ""), flush=True)
-    writer = wdir.MetricsWriter(wd, resume_step=step)
+    writer = parallel.metrics_writer(wdir.MetricsWriter, wd, step)
     try:
       state = _loop(config, wd, task, calls, names, mngr, writer, state, step,
                     eval_every, per_call, t_start)
@@ -304,8 +306,8 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
       writer.close()
   finally:
     mngr.close()
-  if task.finish is not None:
-    task.finish(state, wd)
+  if task.finish is not None and parallel.is_primary():
+    task.finish(parallel.to_local(state), wd)
   return state
 
 

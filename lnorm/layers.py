@@ -36,6 +36,9 @@ class _Normalized(nn.Module):
   momentum: float = 0.99          # batch norm: running-average decay
   unbiased: bool = False          # batch norm: N/(N-1) variance in training
   axis_name: str | None = None    # batch norm: statistics across devices
+  # batch norm: statistics of each of this many equal parts of the batch apart
+  # (per-device batch norm under a batch-sharded jit); running averages: their mean
+  groups: int = 1
   kernel_init: Callable = nn.initializers.lecun_normal()
   dtype: jnp.dtype | None = None
   param_dtype: jnp.dtype = jnp.float32
@@ -81,8 +84,18 @@ class _Normalized(nn.Module):
       y, _ = N.batch_norm(a, g_F, b_F, mean=mean.value, var=var.value,
                           axis=batch_axes, eps=self.eps)
       return y
-    y, (m, v) = N.batch_norm(a, g_F, b_F, axis=batch_axes, eps=self.eps,
-                             unbiased=self.unbiased, axis_name=self.axis_name)
+    if self.groups > 1:
+      G, B = self.groups, a.shape[0]
+      if B % G:
+        raise ValueError(f"batch norm: batch {B} does not split into {G} groups")
+      a_GxBg = a.reshape(G, B // G, *a.shape[1:])
+      y, (m, v) = N.batch_norm(a_GxBg, axis=tuple(range(1, a_GxBg.ndim - 1)),
+                               eps=self.eps, unbiased=self.unbiased)
+      y = y.reshape(a.shape) * _row(g_F, a.ndim) + _row(b_F, a.ndim)
+      m, v = jnp.mean(m, 0), jnp.mean(v, 0)
+    else:
+      y, (m, v) = N.batch_norm(a, g_F, b_F, axis=batch_axes, eps=self.eps,
+                               unbiased=self.unbiased, axis_name=self.axis_name)
     if not self.is_initializing():
       d = self.momentum
       m, v = (jax.lax.stop_gradient(s.reshape(F)).astype(jnp.float32)

@@ -21,6 +21,7 @@ class MLP(nn.Module):
   eps: float = 1e-5
   momentum: float = 0.99
   unbiased: bool = False
+  bn_groups: int = 1              # batch norm: statistics per part of the batch (NormDense.groups)
 
   @nn.compact
   def __call__(self, x_BxD: jax.Array, *, train: bool = True) -> jax.Array:
@@ -29,7 +30,8 @@ class MLP(nn.Module):
     for i, f in enumerate(self.features):
       norm = self.norm if (i < last or self.norm_output) else "none"
       h = NormDense(f, norm=norm, eps=self.eps, momentum=self.momentum,
-                    unbiased=self.unbiased, name=f"dense{i}")(h, train=train)
+                    unbiased=self.unbiased, groups=self.bn_groups,
+                    name=f"dense{i}")(h, train=train)
       if i < last:
         h = nn.relu(h)
     return h

@@ -1,0 +1,207 @@
+"""Data parallelism (experiments/parallel.py): the same training on 1 and on 8
+devices, batch norm's local statistics, and a run over two processes.
+
+XLA's device count is fixed when jax is imported, so the runs go in a
+subprocess (``python -m tests.test_parallel SPEC.json``) with
+``--xla_force_host_platform_device_count=8``. Data are tiny random images
+written here; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.run_records import REPO, metrics, without_timing
+
+NORMS = ("none", "layer", "batch", "weight", "rms")
+PI_MNIST = dict(hidden=(16, 16), num_valid=16, num_train=0, batch_size=16, num_epochs=1,
+                eval_batch_size=40, learning_rate=3e-3, bn_unbiased=False)
+PI_MNIST_NUM = {"train": 96, "test": 24}  # 80 training images: 5 steps of 16
+DRAW = dict(num_glimpses=2, features=8, latent=3, num_train=0, num_eval=0, batch_size=16,
+            num_epochs=1, eval_batch_size=12)
+DRAW_NUM = {"train": 48, "valid": 12, "test": 12}
+
+
+# --- The subprocess ----------------------------------------------------------
+
+def _flat(tree) -> dict[str, np.ndarray]:
+  return {jax.tree_util.keystr(k): np.asarray(v)
+          for k, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def _worker(spec: dict) -> None:
+  from configs import draw as draw_config  # pylint: disable=g-import-not-at-top
+  from configs import pi_mnist as pi_config
+  from experiments import classifier, draw, loop, pi_mnist
+  from lnorm.data import binarized_mnist, mnist
+  from tests.test_binarized_mnist import write_amat
+  from tests.tiny_data import write_dataset
+
+  data = Path(spec["data"])
+  _, md5 = write_dataset(data, num=PI_MNIST_NUM)
+  mnist.MD5["mnist"] = md5
+  _, sha = write_amat(data, num=DRAW_NUM)
+  binarized_mnist.SHA256.clear()
+  binarized_mnist.SHA256.update(sha)
+  for run in spec["runs"]:
+    base, fields = (pi_config, PI_MNIST) if run["experiment"] != "draw" else (draw_config, DRAW)
+    config = base.get_config("smoke")
+    config.update(fields)
+    config.data_dir = str(data)
+    config.update(run["overrides"])
+    if run["experiment"] == "draw":
+      state = draw.train_and_evaluate(config, run["workdir"])
+    elif run["experiment"] == "pi_mnist_groups":
+      # On one device, with the model told to take statistics over 8 groups.
+      model = pi_mnist.create_model(config).clone(bn_groups=run["groups"])
+      state = loop.run(config, run["workdir"], lambda c=config, m=model: classifier.task(
+          c, m, classifier.load_data(c, flatten=True)))
+    else:
+      state = pi_mnist.train_and_evaluate(config, run["workdir"])
+    stats = getattr(state, "batch_stats", {})
+    np.savez(Path(run["workdir"]) / "state.npz", **_flat({"params": state.params,
+                                                           "batch_stats": stats}))
+
+
+def run_in_subprocess(tmp_path: Path, runs: list[dict], devices: int = 8) -> None:
+  spec = tmp_path / "spec.json"
+  spec.write_text(json.dumps({"data": str(tmp_path / "data"), "runs": runs}))
+  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+         "JAX_PLATFORMS": "cpu"}
+  p = subprocess.run([sys.executable, "-m", "tests.test_parallel", str(spec)], cwd=REPO,
+                     env=env, capture_output=True, text=True, timeout=900)
+  assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def state_of(wd: Path) -> dict[str, np.ndarray]:
+  with np.load(wd / "state.npz") as f:
+    return dict(f)
+
+
+def assert_same_run(a: Path, b: Path, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+  ma, mb = without_timing(metrics(a)), without_timing(metrics(b))
+  assert [r["step"] for r in ma] == [r["step"] for r in mb]
+  for ra, rb in zip(ma, mb):
+    assert ra.keys() == rb.keys()
+    for k in ra:
+      np.testing.assert_allclose(ra[k], rb[k], rtol=rtol, atol=atol, err_msg=k)
+  sa, sb = state_of(a), state_of(b)
+  assert sa.keys() == sb.keys()
+  for k in sa:
+    np.testing.assert_allclose(sa[k], sb[k], rtol=rtol, atol=atol, err_msg=k)
+
+
+# --- One process, 8 devices ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+  """Every run of the single-process tests, in one subprocess (one jax start)."""
+  root = tmp_path_factory.mktemp("parallel")
+  specs = []
+  for norm in NORMS:
+    for n in (1, 8):
+      specs.append({"experiment": "pi_mnist", "workdir": str(root / f"{norm}_{n}"),
+                    "overrides": {"norm": norm, "num_devices": n}})
+  specs.append({"experiment": "pi_mnist", "workdir": str(root / "batch_local_8"),
+                "overrides": {"norm": "batch", "num_devices": 8, "bn_stats": "local"}})
+  specs.append({"experiment": "pi_mnist_groups", "workdir": str(root / "batch_groups_1"),
+                "overrides": {"norm": "batch", "num_devices": 1}, "groups": 8})
+  for n in (1, 8):
+    specs.append({"experiment": "draw", "workdir": str(root / f"draw_{n}"),
+                  "overrides": {"norm": "layer_c", "num_devices": n}})
+  run_in_subprocess(root, specs)
+  return root
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_pi_mnist_on_8_devices_equals_1(runs, norm):
+  # Batch norm here is global: the statistics of all 16 examples of each batch.
+  assert_same_run(runs / f"{norm}_1", runs / f"{norm}_8")
+  assert json.loads((runs / f"{norm}_8" / "config.json").read_text())["config"][
+      "num_devices"] == 8
+
+
+def test_draw_on_8_devices_equals_1(runs):
+  assert_same_run(runs / "draw_1", runs / "draw_8")
+  assert (runs / "draw_8" / "samples.png").stat().st_size
+
+
+def test_local_batch_norm_is_per_device(runs):
+  # 8 devices with local statistics train as one device whose batch norm takes
+  # its statistics over 8 groups of 2 examples: and not as global batch norm.
+  assert_same_run(runs / "batch_local_8", runs / "batch_groups_1")
+  local, glob = state_of(runs / "batch_local_8"), state_of(runs / "batch_8")
+  key = next(k for k in local if "dense0" in k and "kernel" in k)
+  assert not np.allclose(local[key], glob[key], rtol=1e-3, atol=1e-4)
+
+
+# --- In this process: the layer, and the errors --------------------------------
+
+def test_grouped_batch_norm_equals_separate_shards():
+  from lnorm.layers import NormDense  # pylint: disable=g-import-not-at-top
+  G, Bg, D, F = 8, 3, 5, 4
+  x = jax.random.normal(jax.random.key(0), (G * Bg, D)) * 3 + 1
+  layer = NormDense(F, norm="batch", momentum=0.9, unbiased=True)
+  variables = layer.init(jax.random.key(1), x, train=False)
+  variables = {"params": {**variables["params"],
+                          "gain": jnp.linspace(0.5, 2, F), "bias": jnp.arange(F) * 0.1},
+               "batch_stats": variables["batch_stats"]}
+  y, upd = layer.clone(groups=G).apply(variables, x, train=True, mutable=["batch_stats"])
+  # Float64 numpy, each shard on its own.
+  p = {k: np.asarray(v, np.float64) for k, v in variables["params"].items()}
+  a = np.asarray(x, np.float64) @ p["kernel"]
+  means, vars_ = [], []
+  for g in range(G):
+    a_g = a[g * Bg:(g + 1) * Bg]
+    m, v = a_g.mean(0), a_g.var(0) * Bg / (Bg - 1)
+    means.append(m), vars_.append(v)
+    np.testing.assert_allclose(np.asarray(y[g * Bg:(g + 1) * Bg]),
+                               p["gain"] * (a_g - m) / np.sqrt(v + 1e-5) + p["bias"],
+                               rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(upd["batch_stats"]["mean"], 0.1 * np.mean(means, 0),
+                             rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(upd["batch_stats"]["var"], 0.9 + 0.1 * np.mean(vars_, 0),
+                             rtol=1e-4, atol=1e-6)
+
+
+def test_batch_size_that_does_not_divide_is_one_line(tmp_path):
+  code = ("from configs import pi_mnist; from experiments import parallel\n"
+          "c = pi_mnist.get_config('smoke'); c.batch_size = 12\n"
+          "parallel.mesh_for(c)\n")
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+         "JAX_PLATFORMS": "cpu"}
+  p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=300)
+  assert p.returncode != 0
+  last = p.stderr.strip().splitlines()[-1]
+  assert "batch_size=12" in last and "8 devices" in last
+
+
+def test_runner_rejects_bad_parallel_fields(tmp_path):
+  from tests.run_records import run_cli  # pylint: disable=g-import-not-at-top
+  env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+  for flag, words in (("--config.batch_size=12", ("batch_size=12", "8 devices")),
+                      ("--config.bn_stats=sync", ("bn_stats='sync'", "global, local")),
+                      ("--config.num_devices=9", ("num_devices=9", "8 devices"))):
+    p = run_cli("--config", "configs/pi_mnist.py:smoke", "--workdir", str(tmp_path / "w"),
+                flag, env=env)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words), p.stderr
+    assert not (tmp_path / "w").exists()
+
+
+if __name__ == "__main__":
+  _worker(json.loads(Path(sys.argv[1]).read_text()))
