@@ -24,7 +24,7 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from experiments import confighelp
+from experiments import confighelp, parallel
 from experiments.errors import NonFiniteLossError, UserError
 from experiments.loop import Stopped
 from lnorm import native
@@ -37,6 +37,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config: configs/<experiment>.py[:preset].",
     lock_config=True)
 flags.mark_flags_as_required(["config", "workdir"])
+parallel.define_flags()  # --coordinator_address etc., for several processes
 
 
 # glibc's mallopt parameters (malloc.h).
@@ -193,6 +194,7 @@ def main(argv: list[str]) -> None:
   keep_freed_memory()
   config = _CONFIG.value
   try:
+    parallel.initialize_from_flags()  # before anything asks JAX for devices
     if "experiment" not in config:
       raise UserError(f"{_Loaded.spec}: the config has no 'experiment' field naming "
                       "experiments/<name>.py")
