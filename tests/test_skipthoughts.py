@@ -106,7 +106,7 @@ def test_loss_counts_real_tokens_only():
       for t in range(5):
         if toks[b, t] != books.PAD:
           ref -= logp[b, t, toks[b, t]]
-  np.testing.assert_allclose(total, ref / 3, rtol=1e-5)
+  np.testing.assert_allclose(total, ref, rtol=1e-5)
   assert met["nll_prev"] > 0 and met["nll_next"] > 0
 
 
@@ -151,3 +151,50 @@ def test_make_encoder_matches_the_model_and_keeps_order():
     ref = m.apply({"params": params}, jnp.asarray(vocab.encode([s], 8)),
                   method=skipthoughts.SkipThoughts.encode)
     np.testing.assert_allclose(row, ref[0], atol=1e-5)
+
+
+def _tiny_run_dir(tmp_path, monkeypatch):
+  """Tiny books and a tiny MR set (its SHA-256s patched in); returns the config."""
+  import hashlib
+  from configs import skipthoughts as cfg
+  from lnorm.data import senteval as data
+  rng = np.random.default_rng(0)
+  words = [f"w{i}" for i in range(30)]
+  bdir = tmp_path / "books"
+  bdir.mkdir()
+  for name, n in (("a.txt", 14), ("b.txt", 12), ("held.txt", 8)):
+    (bdir / name).write_text("".join(" ".join(rng.choice(words, 4)) + " .\n" for _ in range(n)))
+  for rel, word in zip(data.CLASSIFICATION["MR"], ("good", "bad")):
+    text = "".join(f"{word} {' '.join(rng.choice(words, 3))}\n" for _ in range(12))
+    (tmp_path / "senteval" / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "senteval" / rel).write_text(text)
+    monkeypatch.setitem(data.SHA256, rel, hashlib.sha256(text.encode()).hexdigest())
+  c = cfg.get_config("smoke")
+  c.data_dir, c.text_dir, c.heldout_books = str(tmp_path), str(bdir), "held.txt"
+  c.vocab_size, c.embed_dim, c.features, c.max_len, c.batch_size = 40, 4, 8, 6, 4
+  c.num_train, c.num_epochs, c.num_heldout, c.eval_batch_size = 16, 1, 0, 8
+  c.eval_tasks, c.eval_folds, c.eval_max_examples, c.eval_max_len = "MR", 2, 0, 8
+  c.learning_rate = 1e-2
+  return c
+
+
+def test_experiment_trains_resumes_and_its_checkpoint_evaluates(tmp_path, monkeypatch):
+  import json
+  from experiments import skipthoughts as exp
+  from scripts import eval_skipthoughts
+  config = _tiny_run_dir(tmp_path, monkeypatch)
+  wd = tmp_path / "run"
+  exp.train_and_evaluate(config, str(wd))
+  config.num_epochs = 2  # a rerun with more epochs resumes from step 4
+  exp.train_and_evaluate(config, str(wd))
+  lines = [json.loads(l) for l in (wd / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in lines] == [4, 8]
+  for r in lines:
+    assert np.isfinite(r["train_nll"]) and np.isfinite(r["heldout_nll"])
+    assert 0 <= r["MR_acc"] <= 1
+  assert eval_skipthoughts.main(["--workdir", str(wd), "--tasks", "MR", "--folds", "2",
+                                 "--inner_folds", "0"]) == 0
+  ev = json.loads((wd / "eval" / "step_8.json").read_text())
+  assert ev["heldout_nll"] == pytest.approx(lines[-1]["heldout_nll"], rel=1e-6)
+  assert ev["MR_acc"] == pytest.approx(lines[-1]["MR_acc"])
+  assert eval_skipthoughts.main(["--workdir", str(wd), "--step", "3"]) == 2
