@@ -30,12 +30,16 @@ Presets:
     sentences of each classification set. A few hours a run here.
   ``:smoke``: a tiny model, 200 updates on the first 6,400 triples, SICK and MR
     on 2 folds, for tests.
-Runtime, measured on the shared 2-core CPU with ``python -m scripts.bench_skipthoughts``
-and the smoke preset (see the issue's closing note for the commands):
-  paper: ~16 s an update on this CPU (~80 h a run); on one GPU: not measured.
-  cpu:   ~1.0 s an update, so ~2 h of training a run, plus ~1 min for each
-         of the 8 evaluations.
-  smoke: about a minute, most of it compiling and evaluating.
+Runtime: measured only on the shared 2-core CPU while it ran at a load average
+of about 20, so these are upper bounds, not rates of an idle machine:
+  paper: not measured (a GPU run; on this CPU expect many seconds an update).
+  cpu:   14.1 s an update without LN, 14.9 s with it (python -m
+         scripts.bench_skipthoughts --preset cpu --repeats 5 --sample-s 1); the
+         process got about 2 CPU-seconds an update, so an idle machine should
+         do ~1-2 s an update, 2-4 h for the 7,384 updates. Not yet run in full.
+  smoke: one epoch of all 59,125 triples at the smoke model's size trained in
+         45 s, but compiling and evaluating (SICK: 381 s) made it 9 min in all;
+         the preset now trains 200 updates.
 Paper's result (Table 3, Figure 3; uni-skip, 2400 units, BookCorpus, about 1M
 updates): with LN, SICK r and rho are higher and MSE lower, and MR, CR, SUBJ and
 MPQA accuracies higher, than without; LN also improves faster along training.
