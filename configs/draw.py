@@ -12,7 +12,7 @@ Command (paper setting, one run each):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/draw.py --workdir runs/draw_ln --config.norm=layer_c
   (and --workdir runs/draw_base --config.norm=none)
-All variants and Figure 4: python scripts/reproduce.py fig4 [--preset cpu]
+All variants and Figure 4: python scripts/reproduce.py fig4 [--preset cpu] [--results_dir results]
 Presets: ``:paper`` (default; 64 glimpses, 256 units, z 100, batch 128, 200
 epochs), ``:cpu`` (16 glimpses, 128 units, z 32, 20 epochs: LN against the
 baseline on a CPU), ``:smoke`` (one tiny epoch on 1,000 images, for tests).
@@ -21,9 +21,10 @@ Runtime on the 2-core CPU, idle (a loaded machine is up to ~2x slower):
          evaluation an epoch: ~16 h for 200 epochs per run (~32 h for LN and
          the baseline). One GPU: not measured; the 64-step scan of small
          matmuls is latency-bound, expect well under a minute an epoch.
-  cpu:   970-1,220 training images/s: 15-19 min a run, evaluation included
-         (results/fig4_cpu/results.md). After 20 epochs: test bound 103.4 nats
-         with LN, 107.3 for the baseline.
+  cpu:   970-1,220 training images/s idle: 15-19 min a run, evaluation
+         included. After 20 epochs (results/fig4_cpu/results.md): test bound
+         103.3 nats with layer_c, 107.3 for the baseline; layer collapses to
+         205.9 (the mean image).
   smoke: 25-60 s, most of it compiling.
   These rates were measured under glibc's default allocator. The runner keeps
   the memory it frees, which trained 1.37-1.56x (paper) and 1.27-1.48x (cpu)
