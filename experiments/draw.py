@@ -15,27 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from flax.training import train_state
+from flax.training.train_state import TrainState
 
-from experiments import workdir as wdir
-from experiments.errors import NonFiniteLossError, check, check_common
-from experiments.progress import Progress
+from experiments import loop
+from experiments.errors import check, check_common
 from lnorm.data import binarized_mnist
 from lnorm.draw import DRAW, NORMS, negative_bound
 
 SPLIT_IDS = {"valid": 0, "test": 1}  # each split's fixed evaluation noise stream
-
-
-class TrainState(train_state.TrainState):
-  epoch: jax.Array
-  # Static: the steps read T and Z from it to draw the noise.
-  model: DRAW = flax.struct.field(pytree_node=False, default=None)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -105,8 +97,7 @@ def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTran
 def create_train_state(config, rng: jax.Array) -> TrainState:
   model = create_model(config)
   return TrainState.create(apply_fn=model.apply, params=_init_params(model, rng),
-                           tx=optimizer(config.learning_rate, config.grad_clip_norm),
-                           epoch=jnp.zeros((), jnp.int32), model=model)
+                           tx=optimizer(config.learning_rate, config.grad_clip_norm))
 
 
 def bound_terms(state: TrainState, params: Any, x_BxD: jax.Array, eps_BxTxZ: jax.Array
@@ -117,48 +108,44 @@ def bound_terms(state: TrainState, params: Any, x_BxD: jax.Array, eps_BxTxZ: jax
 
 
 def train_step(state: TrainState, x_BxD: jax.Array, eps_BxTxZ: jax.Array
-               ) -> tuple[TrainState, jax.Array]:
-  """One Adam step on the mean bound; returns (state, [mean bound, mean KL])."""
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One Adam step on the mean bound; returns (state, {mean bound, mean KL})."""
   def loss_fn(params):
     recon_B, kl_B = bound_terms(state, params, x_BxD, eps_BxTxZ)
     return jnp.mean(recon_B + kl_B), jnp.mean(kl_B)
 
   (loss, kl), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  return state.apply_gradients(grads=grads), jnp.stack([loss, kl])
+  return state.apply_gradients(grads=grads), {"bound": loss, "kl": kl}
 
 
-@functools.partial(jax.jit, static_argnames="batch_size", donate_argnums=(0,))
-def train_epoch(state: TrainState, x_NxD: jax.Array, rng: jax.Array, batch_size: int
-                ) -> tuple[TrainState, jax.Array]:
-  """One shuffled pass (the last partial batch dropped); returns the mean
-  [bound, KL] over its minibatches."""
-  steps = x_NxD.shape[0] // batch_size
-  perm_key, noise_key = jax.random.split(rng)
-  idx_SxB = jax.random.permutation(perm_key, x_NxD.shape[0])[:steps * batch_size]
-  idx_SxB = idx_SxB.reshape(steps, batch_size)
+def feed(model: DRAW, x_NxD: jax.Array, train_key: jax.Array, batch_size: int
+         ) -> loop.EpochShuffle:
+  """Shuffled epochs of ``x``, with each step's prior noise: the shuffle and
+  the noise depend only on (``train_key``, epoch, step within the epoch)."""
+  def keys(epoch):  # (shuffle key, noise key) of an epoch
+    return jax.random.split(jax.random.fold_in(train_key, epoch))
 
-  def body(state, inputs):
-    s, idx_B = inputs
-    eps = jax.random.normal(jax.random.fold_in(noise_key, s),
-                            state.model.noise_shape(batch_size))
-    return train_step(state, x_NxD[idx_B], eps)
+  def batch(x_NxD, xs):
+    return x_NxD[xs["idx"]], jax.random.normal(xs["key"], model.noise_shape(batch_size))
 
-  state, stats_Sx2 = jax.lax.scan(body, state, (jnp.arange(steps), idx_SxB))
-  return state.replace(epoch=state.epoch + 1), jnp.mean(stats_Sx2, 0)
+  return loop.EpochShuffle(
+      data=x_NxD, num_examples=x_NxD.shape[0], batch_size=batch_size,
+      shuffle_key=lambda epoch: keys(epoch)[0],
+      step_key=lambda epoch, s: jax.random.fold_in(keys(epoch)[1], s), batch=batch)
 
 
-def eval_step(state: TrainState, x_BxD: jax.Array, keys_B: jax.Array, w_B: jax.Array
-              ) -> jax.Array:
+def eval_step(model: DRAW, state: TrainState, x_BxD: jax.Array, keys_B: jax.Array,
+              w_B: jax.Array) -> jax.Array:
   """Sums of [bound, reconstruction, KL] over the chunk, weighted by ``w``."""
-  shape = state.model.noise_shape(1)[1:]
+  shape = model.noise_shape(1)[1:]
   eps_BxTxZ = jax.vmap(lambda k: jax.random.normal(k, shape))(keys_B)
   recon_B, kl_B = bound_terms(state, state.params, x_BxD, eps_BxTxZ)
   return jnp.stack([jnp.sum(w_B * (recon_B + kl_B)), jnp.sum(w_B * recon_B),
                     jnp.sum(w_B * kl_B)])
 
 
-@functools.partial(jax.jit, static_argnames="chunk")
-def evaluate(state: TrainState, x_NxD: jax.Array, key: jax.Array, chunk: int
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def evaluate(model: DRAW, state: TrainState, x_NxD: jax.Array, key: jax.Array, chunk: int
              ) -> dict[str, jax.Array]:
   """Mean bound, reconstruction and KL over the whole split (one posterior
   sample per image), in chunks of ``chunk`` images, the last partial one too.
@@ -172,14 +159,14 @@ def evaluate(state: TrainState, x_NxD: jax.Array, key: jax.Array, chunk: int
   x_PxD = jnp.pad(x_NxD, ((0, padded - n), (0, 0)))
   keys_P = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(padded))
   w_P = (jnp.arange(padded) < n).astype(jnp.float32)
-  sums_Cx3 = jax.lax.map(lambda b: eval_step(state, *b),
+  sums_Cx3 = jax.lax.map(lambda b: eval_step(model, state, *b),
                          (x_PxD.reshape(-1, chunk, x_NxD.shape[1]),
                           keys_P.reshape(-1, chunk), w_P.reshape(-1, chunk)))
   sums = jnp.sum(sums_Cx3, 0)
   return {"bound": sums[0] / n, "recon": sums[1] / n, "kl": sums[2] / n}
 
 
-def sample_arrays(state: TrainState, key: jax.Array, num_samples: int = 100,
+def sample_arrays(model: DRAW, state: TrainState, key: jax.Array, num_samples: int = 100,
                   num_canvas: int = 8) -> tuple[np.ndarray, np.ndarray]:
   """Draws from the prior: (samples [num_samples, 28, 28], canvases
   [num_canvas, T, 28, 28]), Bernoulli means sigmoid(c_t) in [0, 1].
@@ -187,7 +174,6 @@ def sample_arrays(state: TrainState, key: jax.Array, num_samples: int = 100,
   The canvases are those of the first ``num_canvas`` samples after each
   glimpse; their last column is the sample itself.
   """
-  model = state.model
   n = max(num_samples, num_canvas)
   z_BxTxZ = jax.random.normal(key, model.noise_shape(n))
   canvas_BxTxD = np.asarray(_generate(model, state.params, z_BxTxZ))
@@ -222,7 +208,8 @@ def save_samples(state: TrainState, config, directory: str | Path, num_samples: 
 
   directory = Path(directory)
   key = _keys(config.seed)["sample"]
-  samples, canvases = sample_arrays(state, key, num_samples, num_canvas)
+  samples, canvases = sample_arrays(create_model(config), state, key, num_samples,
+                                    num_canvas)
   side = int(np.ceil(np.sqrt(num_samples)))
   padded = np.zeros((side * side, *samples.shape[1:]), samples.dtype)
   padded[:num_samples] = samples
@@ -262,50 +249,29 @@ def _keys(seed: int) -> dict[str, jax.Array]:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
   validate(config)
-  data = load_data(config)
-  wd = wdir.prepare(workdir, config)
-  x_tr = jnp.asarray(data["train"])
-  splits = {s: jnp.asarray(data[s]) for s in SPLIT_IDS}
-  steps_per_epoch = len(x_tr) // config.batch_size
 
-  keys = _keys(config.seed)
-  state = create_train_state(config, keys["init"])
-  t0 = time.perf_counter()
-  # Lowered before restoring: restored arrays are committed to a device, which
-  # would give a different lowering than a fresh run's and miss the cache.
-  run_epoch = train_epoch.lower(state, x_tr, keys["train"], batch_size=config.batch_size
-                                ).compile()
-  print(f"compiled the epoch step in {time.perf_counter() - t0:.1f}s", flush=True)
-  mngr = wdir.checkpoint_manager(wd)
-  state, step = wdir.restore_latest(mngr, state)
-  writer = wdir.MetricsWriter(wd, resume_step=step)
-  progress = Progress(config.num_epochs * steps_per_epoch, step, config.batch_size)
-  for epoch in range(int(state.epoch) + 1, config.num_epochs + 1):
-    t0 = time.perf_counter()
-    # Shuffle and noise depend only on (seed, epoch): a resumed run sees the same.
-    state, stats = run_epoch(state, x_tr, jax.random.fold_in(keys["train"], epoch))
-    train_bound, train_kl = (float(v) for v in stats)
-    dt = time.perf_counter() - t0
-    step = epoch * steps_per_epoch
-    if not np.isfinite(train_bound):
-      last = mngr.latest_step()
-      mngr.close()
-      raise NonFiniteLossError(
-          f"training bound is {train_bound} in epoch {epoch}; stopped. The last good "
-          f"checkpoint (step {last}) is kept in {wd / 'checkpoints'}")
-    metrics = {"train_bound": train_bound, "train_kl": train_kl, "epoch_time_s": dt,
-               "examples_per_sec": steps_per_epoch * config.batch_size / dt}
-    for split, x in splits.items():
-      m = evaluate(state, x, jax.random.fold_in(keys["eval"], SPLIT_IDS[split]),
-                   min(config.eval_batch_size, len(x)))
-      metrics |= {f"{split}_{k}": float(v) for k, v in m.items()}
-    # Metrics first, then the checkpoint: a run killed in between rewrites the
-    # metrics line on resume instead of losing it.
-    writer.write(step, epoch, metrics)
-    wdir.save(mngr, step, state)
-    progress.report(step, epoch, config.num_epochs, train_bound=train_bound,
-                    valid_bound=metrics["valid_bound"], test_bound=metrics["test_bound"])
-  writer.close()
-  mngr.close()
-  save_samples(state, config, wd)
-  return state
+  def setup() -> loop.Task:
+    data = load_data(config)
+    x_tr = jnp.asarray(data["train"])
+    splits = {s: jnp.asarray(data[s]) for s in SPLIT_IDS}
+    keys = _keys(config.seed)
+    model = create_model(config)
+    train = feed(model, x_tr, keys["train"], config.batch_size)
+
+    def evaluate_splits(state: TrainState) -> dict[str, float]:
+      out = {}
+      for split, x in splits.items():
+        m = evaluate(model, state, x, jax.random.fold_in(keys["eval"], SPLIT_IDS[split]),
+                     min(config.eval_batch_size, len(x)))
+        out |= {f"{split}_{k}": float(v) for k, v in m.items()}
+      return out
+
+    return loop.Task(
+        state=create_train_state(config, keys["init"]),
+        train_step=lambda state, batch: train_step(state, *batch), feed=train,
+        evaluate=evaluate_splits, num_steps=config.num_epochs * train.steps_per_epoch,
+        steps_per_epoch=train.steps_per_epoch, examples_per_step=config.batch_size,
+        show=("train_bound", "valid_bound", "test_bound"),
+        finish=lambda state, wd: save_samples(state, config, wd))
+
+  return loop.run(config, workdir, setup)

@@ -93,6 +93,9 @@ def write_atomic(path: Path, text: str) -> None:
     raise os_error(e, path) from None
 
 
+_write = os.write  # what append writes with (a test makes it fail as a full disk does)
+
+
 def append(path: Path, text: str) -> None:
   """Appends ``text`` whole or not at all: a failed write (a full disk) is cut
   back to the file's old length, so no partial line is left behind."""
@@ -102,7 +105,7 @@ def append(path: Path, text: str) -> None:
     try:
       data = text.encode()
       while data:
-        data = data[os.write(fd, data):]
+        data = data[_write(fd, data):]
     except OSError as e:
       with contextlib.suppress(OSError):
         os.ftruncate(fd, size)
@@ -167,9 +170,13 @@ class RunDir:
     self._check_path()
     if self.path.is_dir():
       self._lock()
-      self._record = _config_record(self.path)
-      if self._record is not None:
-        _check_compatible(self.path, self._record["config"], self.config_json())
+      try:
+        record = _config_record(self.path)
+        if record is not None:
+          _check_compatible(self.path, record["config"], self.config_json())
+      except BaseException:
+        self.close()
+        raise
 
   def config_json(self) -> dict:
     return json.loads(json.dumps(self.config.to_dict()))  # Tuples as JSON lists.
@@ -221,6 +228,10 @@ class RunDir:
     cfg = self.config_json()
     if old_record is not None:
       _check_compatible(self.path, old_record["config"], cfg)
+    self._write_record(old_record, cfg)
+    return self.path
+
+  def _write_record(self, old_record: dict | None, cfg: dict) -> None:
     now = {"git_commit": git_commit(), "versions": versions(),
            "devices": [str(d) for d in jax.devices()]}
     if old_record is None:
@@ -234,7 +245,6 @@ class RunDir:
         record["resumed_with"] = seen[1:] + [now]
     write_atomic(self.path / "config.json",
                  json.dumps(record, indent=2, sort_keys=True) + "\n")
-    return self.path
 
   def close(self) -> None:
     if self._lock_fd is not None:

@@ -14,6 +14,8 @@ import pytest
 
 from configs import draw as draw_config
 from experiments import draw as draw_exp
+from experiments import loop
+from experiments import workdir as wdir
 from experiments import figures
 from experiments.errors import ConfigError, NonFiniteLossError
 from lnorm import draw
@@ -140,32 +142,44 @@ NUM_TINY = {"train": 64, "valid": 12, "test": 12}
 FAST = {"xla_backend_optimization_level": 0}
 
 
-def compiled_epoch(state, x, fast: bool):
-  lowered = draw_exp.train_epoch.lower(state, x, jax.random.key(0), batch_size=16)
-  return lowered.compile(FAST if fast else None)
+def compiled_epoch(config, state, x, fast: bool):
+  """``(state, epoch) -> (state, mean [bound, KL])``: an epoch of the loop's
+  scanned steps over ``x``, compiled for ``state``."""
+  feed = draw_exp.feed(draw_exp.create_model(config), x, jax.random.key(0), 16)
+  spe = feed.steps_per_epoch
+  chunk = jax.jit(loop.scan_steps(lambda s, b: draw_exp.train_step(s, *b), feed),
+                  donate_argnums=(0,))
+  compiled = chunk.lower(state, feed.data, feed.plan(0, spe)).compile(FAST if fast else None)
+
+  def run(state, epoch):
+    state, stats_Sx2 = compiled(state, feed.data, feed.plan(epoch * spe, (epoch + 1) * spe))
+    return state, jnp.mean(stats_Sx2, 0)
+  return run
 
 
-def evaluate(state, x, key, chunk: int, fast: bool):
+def evaluate(config, state, x, key, chunk: int, fast: bool):
+  model = draw_exp.create_model(config)
   if not fast:  # The jitted call, as train_and_evaluate makes it.
-    return draw_exp.evaluate(state, x, key, chunk=chunk)
-  return draw_exp.evaluate.lower(state, x, key, chunk=chunk).compile(FAST)(state, x, key)
+    return draw_exp.evaluate(model, state, x, key, chunk)
+  return draw_exp.evaluate.lower(model, state, x, key, chunk).compile(FAST)(state, x, key)
 
 
 @pytest.mark.parametrize("norm", draw.NORMS)
 def test_bound_at_initialisation_then_training(norm):
   fast = norm != tiny_config().norm
-  state = draw_exp.create_train_state(tiny_config(norm=norm), jax.random.key(0))
-  m = evaluate(state, random_images(12, p=0.13), jax.random.key(1), 7, fast)
+  config = tiny_config(norm=norm)
+  state = draw_exp.create_train_state(config, jax.random.key(0))
+  m = evaluate(config, state, random_images(12, p=0.13), jax.random.key(1), 7, fast)
   # Almost nothing written and q ~ prior: every pixel p ~ 1/2.
   assert abs(float(m["bound"]) - LN2_784) < 0.1 * LN2_784
   assert abs(float(m["recon"]) - LN2_784) < 0.01 * LN2_784
   assert 0 < float(m["kl"]) < 0.01 * LN2_784
 
   x = random_images(NUM_TINY["train"], p=0.13)
-  run_epoch = compiled_epoch(state, x, fast)
+  run_epoch = compiled_epoch(config, state, x, fast)
   bounds = []
   for epoch in range(3):
-    state, stats = run_epoch(state, x, jax.random.key(epoch))
+    state, stats = run_epoch(state, epoch)
     assert np.all(np.isfinite(np.asarray(stats))), (epoch, stats)
     bounds.append(float(stats[0]))
   assert all(np.all(np.isfinite(np.asarray(p))) for p in jax.tree.leaves(state.params))
@@ -173,12 +187,13 @@ def test_bound_at_initialisation_then_training(norm):
 
 
 def test_evaluation_does_not_depend_on_the_chunk():
-  state = draw_exp.create_train_state(tiny_config(), jax.random.key(0))
+  config = tiny_config()
+  state = draw_exp.create_train_state(config, jax.random.key(0))
   x = random_images(NUM_TINY["train"], p=0.13)
-  state, _ = compiled_epoch(state, x, fast=False)(state, x, jax.random.key(0))
+  state, _ = compiled_epoch(config, state, x, fast=False)(state, 0)
   x = random_images(12, seed=1, p=0.13)
-  a = evaluate(state, x, jax.random.key(5), 12, fast=True)
-  b = evaluate(state, x, jax.random.key(5), 7, fast=False)  # 7 + 5 padded to 7
+  a = evaluate(config, state, x, jax.random.key(5), 12, fast=True)
+  b = evaluate(config, state, x, jax.random.key(5), 7, fast=False)  # 7 + 5 padded to 7
   assert float(a["kl"]) > 0
   for k in ("bound", "recon", "kl"):
     np.testing.assert_allclose(float(a[k]), float(b[k]), rtol=1e-5)
@@ -187,7 +202,8 @@ def test_evaluation_does_not_depend_on_the_chunk():
 
 def test_samples_and_canvases():
   state = draw_exp.create_train_state(tiny_config(), jax.random.key(0))
-  samples, canvases = draw_exp.sample_arrays(state, jax.random.key(0))
+  samples, canvases = draw_exp.sample_arrays(draw_exp.create_model(tiny_config()), state,
+                                             jax.random.key(0))
   assert samples.shape == (100, 28, 28) and canvases.shape == (8, 3, 28, 28)
   assert np.all((samples >= 0) & (samples <= 1))
   np.testing.assert_array_equal(canvases[:, -1], samples[:8])
@@ -226,7 +242,7 @@ def test_workdir_contents_and_resume(tiny, tmp_path):
   # Resuming to 3 epochs runs epoch 3 only and ends where a fresh 3-epoch run ends.
   tiny.num_epochs = 3
   state = draw_exp.train_and_evaluate(tiny, str(wd))
-  assert int(state.step) == 12 and int(state.epoch) == 3
+  assert int(state.step) == 12
   assert without_timing(metrics(wd)[:2]) == without_timing(first)
   fresh = draw_exp.train_and_evaluate(tiny, str(tmp_path / "fresh"))
   assert without_timing(metrics(wd)) == without_timing(metrics(tmp_path / "fresh"))
@@ -242,13 +258,13 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tiny, tmp_path, monkeypatch):
   tiny.num_epochs = 1
   draw_exp.train_and_evaluate(tiny, str(wd))
   # NaN parameters on resume make epoch 2 NaN, with no step to recompile.
-  restore = draw_exp.wdir.restore_latest
+  restore = wdir.restore_latest
 
   def poisoned(mngr, state):
     state, step = restore(mngr, state)
     return state.replace(params=jax.tree.map(lambda p: p * jnp.nan, state.params)), step
 
-  monkeypatch.setattr(draw_exp.wdir, "restore_latest", poisoned)
+  monkeypatch.setattr(wdir, "restore_latest", poisoned)
   tiny.num_epochs = 3
   with pytest.raises(NonFiniteLossError, match="nan in epoch 2.*step 4"):
     draw_exp.train_and_evaluate(tiny, str(wd))
