@@ -76,11 +76,23 @@ def relative_change(h: jax.Array, h2: jax.Array) -> float:
   return float(jnp.max(jnp.abs(h2 - h)) / jnp.max(jnp.abs(h)))
 
 
-def feedforward_change(norm: str, transform: Transform, config, rng) -> float:
-  """Relative change of one random layer's normalized summed inputs."""
-  layer, init, h = _layer(norm, config.features, config.eps)
-  x = jnp.asarray(rng.normal(rng.normal(0, 2), rng.uniform(0.5, 2),
-                             (config.batch_size, config.input_dim)), jnp.float32)
+# The statistic each norm adds eps to, over the axis it reduces: a's variance
+# per example (layer), its mean square per example (RMS), its variance per
+# unit (batch). Weight norm adds its eps to the weights' squared norm.
+_EPS_STATISTIC = {"layer": lambda a: a.var(1), "rms": lambda a: (a ** 2).mean(1),
+                  "batch": lambda a: a.var(0)}
+
+
+def feedforward_change(norm: str, transform: Transform, config, rng,
+                       data_scale: float, eps: float) -> tuple[float, float]:
+  """Relative change of one random layer's normalized summed inputs, and the
+  smallest statistic that eps is added to, before or after the transformation
+  (NaN for weight norm). The inputs are ``data_scale * N(mu, sigma^2)``, mu
+  and sigma drawn per layer."""
+  layer, init, h = _layer(norm, config.features, eps)
+  x = jnp.asarray(data_scale * rng.normal(rng.normal(0, 2), rng.uniform(0.5, 2),
+                                          (config.batch_size, config.input_dim)),
+                  jnp.float32)
   v = init(jax.random.key(int(rng.integers(2**31))), x)
   # Random gains and biases: the invariances must not rely on gain 1, bias 0.
   params = {k: (a if k == "kernel" else
@@ -88,9 +100,16 @@ def feedforward_change(norm: str, transform: Transform, config, rng) -> float:
                             else rng.normal(0, 1, a.shape), jnp.float32))
             for k, a in v["params"].items()}
   w2, x2 = transform(params["kernel"], x, rng)
-  return relative_change(h({**v, "params": params}, x),
-                         h({**v, "params": {**params, "kernel": jnp.asarray(w2, jnp.float32)}},
-                           jnp.asarray(x2, jnp.float32)))
+  change = relative_change(
+      h({**v, "params": params}, x),
+      h({**v, "params": {**params, "kernel": jnp.asarray(w2, jnp.float32)}},
+        jnp.asarray(x2, jnp.float32)))
+  stat = _EPS_STATISTIC.get(norm)
+  if stat is None:
+    return change, float("nan")
+  f64 = lambda a: np.asarray(a, np.float64)
+  return change, float(min(stat(f64(x) @ f64(params["kernel"])).min(),
+                           stat(f64(x2) @ f64(w2)).min()))
 
 
 @functools.cache
@@ -102,16 +121,61 @@ def _layer(norm: str, features: int, eps: float):
   return layer, jax.jit(layer.init), jax.jit(apply)
 
 
-def table(config) -> dict[str, list[float]]:
-  """Largest relative change over ``num_trials`` random layers, per cell."""
+def measure(config, data_scale: float | None = None, eps: float | None = None
+            ) -> tuple[dict[str, list[float]], dict[str, float]]:
+  """Per norm: the largest relative change over ``num_trials`` random layers,
+  per cell, and the smallest statistic eps is added to, over all of them.
+  ``data_scale`` and ``eps`` default to the config's; the random layers,
+  data and transformations are the same whatever they are."""
+  data_scale = config.data_scale if data_scale is None else data_scale
+  eps = config.eps if eps is None else eps
   rng = np.random.default_rng(config.seed)
   norms = [n for _, n in ROWS] if config.norm == "all" else [config.norm]
-  return {n: [max(feedforward_change(n, t, config, rng) for _ in range(config.num_trials))
-              for _, t in COLUMNS] for n in norms}
+  changes, smallest = {}, {}
+  for n in norms:
+    cells = [[feedforward_change(n, t, config, rng, data_scale, eps)
+              for _ in range(config.num_trials)] for _, t in COLUMNS]
+    changes[n] = [max(c for c, _ in cell) for cell in cells]
+    smallest[n] = min(v for cell in cells for _, v in cell)
+  return changes, smallest
+
+
+def table(config, data_scale: float | None = None,
+          eps: float | None = None) -> dict[str, list[float]]:
+  """Largest relative change over ``num_trials`` random layers, per cell."""
+  return measure(config, data_scale, eps)[0]
 
 
 def verdict(change: float, tolerance: float) -> str:
   return "Invariant" if change < tolerance else "No"
+
+
+def paper_agreement(changes: dict[str, list[float]], tolerance: float) -> str:
+  """'Batch norm yes, ...': whether each paper row's verdicts are the paper's."""
+  names = dict((n, r) for r, n in ROWS)
+  return ", ".join(
+      f"{names[n]} {'yes' if tuple(verdict(c, tolerance) for c in row) == PAPER[n] else 'NO'}"
+      for n, row in changes.items() if n in PAPER)
+
+
+def smallest_markdown(smallest: dict[str, float], eps: float) -> str:
+  names = dict((n, r) for r, n in ROWS)
+  return ", ".join(f"{names[n]} {v / eps:.1e}" for n, v in smallest.items()
+                   if not np.isnan(v))
+
+
+def differences(changes: dict[str, list[float]], reference: dict[str, list[float]],
+                tolerance: float) -> str:
+  """Per norm, the cells whose verdict differs from ``reference``'s, or 'none'."""
+  names = dict((n, r) for r, n in ROWS)
+  out = []
+  for n, row in changes.items():
+    cells = [f"{c} ({verdict(v, tolerance)})"
+             for (c, _), v, r in zip(COLUMNS, row, reference[n])
+             if verdict(v, tolerance) != verdict(r, tolerance)]
+    if cells:
+      out.append(f"{names[n]}: " + ", ".join(cells))
+  return "; ".join(out) or "none"
 
 
 def to_markdown(changes: dict[str, list[float]], tolerance: float,
@@ -129,18 +193,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:
   check_common(config, ("all", *PAPER, "rms"))
   check(config.num_trials >= 1, f"num_trials={config.num_trials} must be at least 1")
   check(config.batch_size >= 2, "batch_size must be at least 2: batch norm needs a batch")
+  check(config.data_scale > 0, f"data_scale={config.data_scale} must be positive")
+  check(config.small_data_scale >= 0,
+        f"small_data_scale={config.small_data_scale} must be 0 (none) or positive")
   wd = wdir.prepare(workdir, config)
-  changes = table(config)
+  changes, smallest = measure(config)
+  tol, eps, s = config.tolerance, config.eps, config.data_scale
   md = ("# Table 1: invariance of the normalized summed inputs\n\n"
         f"Largest relative change max|h' - h| / max|h| over {config.num_trials} random "
         f"layers ({config.input_dim} inputs, {config.features} units, batch "
-        f"{config.batch_size}, eps={config.eps}); `Invariant` below {config.tolerance}.\n\n"
-        + to_markdown(changes, config.tolerance))
-  agree = {n: tuple(verdict(c, config.tolerance) for c in changes[n]) == PAPER[n]
-           for n in changes if n in PAPER}
-  md += "\nSame as the paper's Table 1: " + ", ".join(
-      f"{dict((n, r) for r, n in ROWS)[n]} {'yes' if ok else 'NO'}"
-      for n, ok in agree.items()) + "\n"
+        f"{config.batch_size}, eps={eps}, data scale {s:g}: inputs {s:g} * N(mu, sigma^2), "
+        f"mu ~ N(0, 2) and sigma ~ U(0.5, 2) per layer); `Invariant` below {tol}.\n\n"
+        + to_markdown(changes, tol))
+  md += "\nSame as the paper's Table 1: " + paper_agreement(changes, tol) + "\n"
+  md += ("\nThe invariances hold up to terms of order eps / v, v the statistic a norm "
+         "adds eps to (the summed inputs' variance per example for layer norm, per unit "
+         "for batch norm; their mean square for RMS norm; weight norm adds its own eps "
+         "to the weights). Smallest v / eps over every layer, before and after each "
+         f"transformation: {smallest_markdown(smallest, eps)}.\n")
+  if config.small_data_scale:
+    md += _small_scale_markdown(config, changes)
   rnn = recurrent_changes(config)
   md += ("\n## Recurrent cells: change of the hidden-state sequence\n\n"
          f"Largest relative change of h_1..h_{config.rnn_steps} ({config.rnn_features} "
@@ -155,6 +227,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:
                | {f"{n}/{c}": v for n, row in rnn.items() for c, v in row.items()})
   writer.close()
   print(md)
+
+
+def _small_scale_markdown(config, changes: dict[str, list[float]]) -> str:
+  """The table again at ``small_data_scale``, where eps is not negligible,
+  and at eps scaled down with the data's variance."""
+  tol, eps, s = config.tolerance, config.eps, config.small_data_scale
+  small, smallest = measure(config, data_scale=s)
+  eps_s = eps * (s / config.data_scale) ** 2
+  rescaled = table(config, data_scale=s, eps=eps_s)
+  return (f"\n## The same layers at data scale {s:g}\n\n"
+          f"Inputs {s:g} * N(mu, sigma^2): the summed inputs' variance is "
+          f"{(s / config.data_scale) ** 2:g} times that above, while eps stays {eps}. "
+          f"Smallest v / eps: {smallest_markdown(smallest, eps)}.\n\n"
+          + to_markdown(small, tol)
+          + f"\nVerdicts that differ from the table at data scale {config.data_scale:g}: "
+          + differences(small, changes, tol) + ". Same as the paper's Table 1: "
+          + paper_agreement(small, tol) + f". With eps scaled by the same factor "
+          f"(eps={eps_s:g}), the same as the paper's: {paper_agreement(rescaled, tol)}.\n")
 
 
 # Recurrent cells: re-scale or re-centre W_x or W_h as a whole.

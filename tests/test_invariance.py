@@ -16,8 +16,13 @@ def config():
 
 
 @pytest.fixture(scope="module")
-def changes(config):
-  return inv.table(config)
+def measured(config):
+  return inv.measure(config)
+
+
+@pytest.fixture(scope="module")
+def changes(measured):
+  return measured[0]
 
 
 @pytest.mark.parametrize("norm", ["batch", "weight", "layer"])
@@ -66,3 +71,45 @@ def test_recurrent_invariance(config):
   assert rnn["LN-LSTM (eps=1e-05)"]["W_h re-centering"] < 1e-3
   # LN on c alone (the DRAW variant) does not make the gates invariant.
   assert all(v > 0.05 for v in rnn["LN-LSTM, LN on c only (DRAW) (eps=1e-10)"].values())
+
+
+def test_verdicts_are_measured_at_the_documented_scale(config):
+  # test_paper_rows holds the paper's verdicts at the paper preset's data
+  # scale and eps, which the output states.
+  paper = invariance_config.get_config("paper")
+  assert (config.data_scale, config.eps) == (paper.data_scale, paper.eps) == (1.0, 1e-5)
+
+
+@pytest.fixture(scope="module")
+def small(config):
+  return inv.measure(config, data_scale=0.01)
+
+
+def test_small_data_against_eps_breaks_the_eps_dependent_invariances(config, changes, small):
+  # The same layers, inputs x 0.01: var(x W) is 1e4 times smaller and eps is
+  # no longer negligible. A correct layer norm then reads "No" for
+  # weight-matrix re-scaling; re-centring stays exact.
+  verdicts = lambda ch: {n: tuple(inv.verdict(c, config.tolerance) for c in row)
+                         for n, row in ch.items()}
+  got = verdicts(small[0])
+  assert got["layer"][0] == "No" and got["batch"][0] == "No"
+  assert got["layer"][1] == "Invariant"
+  assert got["weight"] == inv.PAPER["weight"]  # its eps is on the weights
+  # eps scaled down with the variance: the paper's verdicts again.
+  rescaled = verdicts(inv.table(config, data_scale=0.01, eps=config.eps * 1e-4))
+  assert all(rescaled[n] == inv.PAPER[n] for n in inv.PAPER)
+
+
+def test_smallest_statistic_scales_with_the_data(measured, small):
+  at_1 = measured[1]
+  for n in ("batch", "layer", "rms"):
+    np.testing.assert_allclose(small[1][n], 1e-4 * at_1[n], rtol=1e-4)
+  assert np.isnan(at_1["weight"])
+
+
+def test_output_states_scale_and_eps(config, changes):
+  md = inv._small_scale_markdown(config, changes)
+  assert "## The same layers at data scale 0.01" in md
+  assert "while eps stays 1e-05" in md
+  assert "Layer norm: Weight matrix re-scaling (No)" in md
+  assert "(eps=1e-09), the same as the paper's: Batch norm yes, Weight norm yes, Layer norm yes" in md
