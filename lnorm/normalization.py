@@ -21,8 +21,11 @@ Numerics shared by every function in this file:
     the pass with K + mean(d) whenever ``mean(d)^2 > 4 var``, so at most ~2
     bits are lost.
 
-  On float32 rows of 1e4 + N(0, 0.1) both stay within ~2e-7 relative error
-  of float64; flax.linen.LayerNorm's default is off by O(10).
+  The kernel's row sums move from float lanes into double every 16 terms, so
+  its error does not grow with the row length; nor, as tested, does that of
+  the XLA version, whose sums are XLA's reductions. On float32 rows of
+  1e4 + N(0, 0.1) both stay within ~2e-7 relative error of float64 (tested
+  to 2^20 elements a row); flax.linen.LayerNorm's default is off by O(10).
 * ``eps`` is added to the variance: ``x_hat = x_c / sqrt(var + eps)``. A constant
   group has x_c = 0, so its output is the bias: finite for every eps > 0.
 """
