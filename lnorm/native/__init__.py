@@ -28,6 +28,7 @@ from pathlib import Path
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import warnings
 
@@ -95,6 +96,9 @@ def build() -> Path:
   out = cache_dir() / f"lnorm_cpu-{key}.so"
   if out.exists():
     return out
+  # Once per machine and source version: say so, as it takes a while.
+  print(f"lnorm: building the native CPU kernels into {out} (first use; cached "
+        "afterwards)", file=sys.stderr, flush=True)
   out.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
   os.close(fd)
