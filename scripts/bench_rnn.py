@@ -21,6 +21,8 @@ Candidates (``--candidates`` picks some by name):
   (the sequence module; 'layer_c' is the DRAW variant), L modules stacked.
   On CPU its time steps run native kernels; ``LSTM(none) xla`` and so on
   are the same modules with ``native=False``, all in XLA (as on a GPU);
+* ``GRU(none)``, ``GRU(layer)``: ``lnorm.recurrent.GRU``, L modules stacked
+  (XLA's scan on every platform);
 * ``RNN(LSTMCell(none))``, ``RNN(LSTMCell(layer))``,
   ``RNN(LSTMCell(layer_c))``, ``RNN(GRUCell(none))``, ``RNN(GRUCell(layer))``:
   the cells under ``flax.linen.RNN``;
@@ -34,9 +36,10 @@ torch runs ``y.backward(dy)`` (and ``torch.cuda.synchronize()`` on a GPU).
 Every repeat takes one sample of each candidate in a fresh random order; a
 sample is the mean of enough back-to-back calls to last ``--sample-ms``
 (one call for most). The tables give the median sample (``--stat min``: the
-fastest) in ms, and ratios to ``LSTM(none)``, ``torch LSTM`` and ``torch
-LN-LSTM``. Before timing, ``--check`` (default) verifies that the LSTM
-candidates compute the same outputs and gradients from the same parameters.
+fastest) in ms, and ratios to ``LSTM(none)``, ``GRU(none)``, ``torch LSTM``
+and ``torch LN-LSTM``. Before timing, ``--check`` (default) verifies that the
+LSTM and GRU candidates compute the same outputs and gradients from the same
+parameters.
 
 ``temp (MiB)`` is the compiled JAX step's temporary buffer. Under glibc's
 malloc, one over 32 MiB is mapped afresh on every call, so every call
@@ -84,6 +87,7 @@ SEQ = {"LSTM(none)": ("none", True), "LSTM(layer)": ("layer", True),
        "LSTM(layer_c)": ("layer_c", True),
        "LSTM(none) xla": ("none", False), "LSTM(layer) xla": ("layer", False),
        "LSTM(layer_c) xla": ("layer_c", False)}
+GRU_SEQ = {"GRU(none)": "none", "GRU(layer)": "layer"}
 # name: (cell class, norm).
 CELLS = {f"RNN({c.__name__}({n}))": (c, n)
          for c, n in ((R.LSTMCell, "none"), (R.LSTMCell, "layer"),
@@ -91,9 +95,10 @@ CELLS = {f"RNN({c.__name__}({n}))": (c, n)
                       (R.GRUCell, "layer"))}
 # The cell each sequence candidate must agree with.
 SAME = {s: f"RNN(LSTMCell({n}))" for s, (n, _) in SEQ.items()}
+SAME.update({s: f"RNN(GRUCell({n}))" for s, n in GRU_SEQ.items()})
 TORCH = ("torch LSTM", "torch LN-LSTM")
-ALL = tuple(SEQ) + tuple(CELLS) + TORCH
-BASES = ("LSTM(none)", "torch LSTM", "torch LN-LSTM")
+ALL = tuple(SEQ) + tuple(GRU_SEQ) + tuple(CELLS) + TORCH
+BASES = ("LSTM(none)", "GRU(none)", "torch LSTM", "torch LN-LSTM")
 CHECK_STEPS = 50
 
 
@@ -141,6 +146,11 @@ def jax_candidates(names, shape, x, dy, seed):
     if name in SEQ:
       model = Stack(lambda name, n=SEQ[name]: R.LSTM(
           H, norm=n[0], native=n[1], name=name), L)
+      p = model.init(jax.random.key(seed), x)["params"]
+      params[name] = p
+    elif name in GRU_SEQ:
+      model = Stack(
+          lambda name, n=GRU_SEQ[name]: R.GRU(H, norm=n, name=name), L)
       p = model.init(jax.random.key(seed), x)["params"]
       params[name] = p
     elif name in CELLS:

@@ -125,7 +125,7 @@ def perturb(params, seed=0):
 
 
 def random_carry(carry, seed=1):
-  """Random floating leaves; integer leaves (the step t of norm='batch') kept."""
+  """Random floating leaves; integer leaves (norm='batch''s step t) kept."""
   leaves, treedef = jax.tree_util.tree_flatten(carry)
   keys = jax.random.split(jax.random.key(seed), len(leaves))
   leaves = [jax.random.normal(k, l.shape, l.dtype)

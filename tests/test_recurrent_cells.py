@@ -130,8 +130,9 @@ def test_ln_gains_start_at_one_biases_at_zero(name, gains, biases):
     np.testing.assert_array_equal(p[k], np.zeros_like(p[k]))
 
 
-@pytest.mark.parametrize('name,n', [('LSTMCell(none)', 4), ('LSTMCell(layer)', 4),
-                                    ('GRUCell(none)', 2), ('RNNCell(layer)', 1)])
+@pytest.mark.parametrize('name,n', [
+    ('LSTMCell(none)', 4), ('LSTMCell(layer)', 4), ('GRUCell(none)', 2),
+    ('RNNCell(layer)', 1)])
 def test_recurrent_kernel_blocks_are_orthogonal(name, n):
   cell = CELLS[name]()
   p = init_cell(cell)['params']
