@@ -5,12 +5,14 @@ A sentence's tokens are embedded and read by a GRU encoder; its last state
 (at the sentence's EOS) is the sentence vector u. Two GRU decoders, one for
 the previous sentence and one for the next, read the target sentence shifted
 right by one (teacher forcing, a zero vector first) and get u at every step,
-as Kiros et al.'s conditional GRU does: with C u added to each gate's and the
-candidate's input projection, which is the GRU of eqs. 23-24 on the input
-[x_t; u]. One output layer turns both decoders' states into word logits; the
-word embeddings are shared by the encoder and the decoders (as in Kiros et
-al.'s training code). The loss is each decoder's summed word negative log
-likelihood, averaged over the batch, the two added.
+as Kiros et al.'s paper describes the conditional GRU: C u added to each
+gate's and the candidate's input projection, which is the GRU of eqs. 23-24
+on the input [x_t; u]. (Their public training code instead starts the
+decoders from u as the initial state and adds nothing per step.) As in that
+code, one output layer turns both decoders' states into word logits, the
+word embeddings are shared by the encoder and the decoders, and the loss is
+the summed word negative log likelihood of both decoders over the batch
+(a sum, not a mean: with gradient-norm clipping at 5 the scale matters).
 
 ``GRU`` computes what scanning ``recurrent.GRUCell`` (``norm='none'``) or
 ``recurrent.LNGRUCell`` (``'layer'``) over [x_t; context] computes, with the
@@ -172,14 +174,15 @@ def token_nll(logits_BxTxV: Array, tokens_BxT: Array) -> tuple[Array, Array]:
 
 def loss(model: SkipThoughts, params, prev_BxT: Array, cur_BxT: Array, next_BxT: Array
          ) -> tuple[Array, dict[str, Array]]:
-  """Kiros et al.'s objective: both decoders' summed NLL, mean over the batch.
-  Metrics: ``loss``, ``nll_prev`` / ``nll_next`` (per word)."""
+  """Kiros et al.'s objective: both decoders' NLL summed over words and the
+  batch. Metrics: ``loss`` and, per word, ``nll_prev``, ``nll_next``, ``nll``."""
   lp, ln = model.apply({"params": params}, prev_BxT, cur_BxT, next_BxT)
   sp, np_ = token_nll(lp, prev_BxT)
   sn, nn_ = token_nll(ln, next_BxT)
-  total = (sp + sn).mean()
+  total = (sp + sn).sum()
   return total, {"loss": total, "nll_prev": sp.sum() / np_.sum(),
-                 "nll_next": sn.sum() / nn_.sum()}
+                 "nll_next": sn.sum() / nn_.sum(),
+                 "nll": total / (np_.sum() + nn_.sum())}
 
 
 def make_encoder(model: SkipThoughts, params, vocab: Vocab, *, batch_size: int = 256,
