@@ -12,13 +12,6 @@ from lnorm.data import books
 V, E, H = 23, 6, 8
 
 
-def _cell(norm, features):
-  """The reference cell: GRUCell(norm=...) once the cells are merged, else the two classes."""
-  if "norm" in getattr(recurrent.GRUCell, "__dataclass_fields__", {}):
-    return recurrent.GRUCell(features, norm=norm)
-  return recurrent.GRUCell(features) if norm == "none" else recurrent.LNGRUCell(features)
-
-
 def _tokens(rng, B, T, lengths):
   t = rng.integers(3, V, (B, T)).astype(np.int32)
   for b, n in enumerate(lengths):
@@ -40,7 +33,7 @@ def test_gru_equals_scanning_the_cell_on_x_and_context(norm):
   params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(jax.random.key(p.size), p.shape),
                         params)
   last, hs = gru.apply({"params": params}, x, mask, c)
-  cell = _cell(norm, H)
+  cell = recurrent.GRUCell(H, norm=norm)
   h = jnp.zeros((B, H))
   ref = []
   for t in range(T):
