@@ -125,8 +125,9 @@ def build_baseline(src: Path) -> None:
        "-I", str(native.HERE), "-I", jax.ffi.include_dir(), str(src), "-o",
        str(out)], capture_output=True, text=True)
   if proc.returncode != 0:
-    sys.exit(f"error: --baseline {src} does not build: "
-             f"{proc.stderr.strip().splitlines()[-1:]}")
+    lines = proc.stderr.strip().splitlines() or ["(no message)"]
+    first = next((l for l in lines if "error" in l), lines[-1])
+    sys.exit(f"error: --baseline {src} does not build: {first.strip()}")
   lib = ctypes.cdll.LoadLibrary(str(out))  # RTLD_LOCAL: its own symbols
   for target, symbol in ((BASE_FWD, "LnormLayerNormFwd"),
                          (BASE_BWD, "LnormLayerNormBwd")):
