@@ -49,13 +49,7 @@ NORMS = norms.supported("none", "layer", "layer_c")
 
 
 def _cell(features: int, norm: str, eps: float, name: str) -> nn.RNNCellBase:
-  if "norm" in getattr(recurrent.LSTMCell, "__dataclass_fields__", {}):
-    return recurrent.LSTMCell(features, norm=norm, eps=eps, name=name)
-  # TEMPORARY shim until the merged recurrent.LSTMCell(norm=...) lands.
-  if norm == "none":
-    return recurrent.LSTMCell(features, name=name)
-  cls = recurrent.LNLSTMCell if norm == "layer" else recurrent.LayerNormCLSTMCell
-  return cls(features, eps=eps, name=name)
+  return recurrent.LSTMCell(features, norm=norm, eps=eps, name=name)
 
 
 def num_outputs(num_mixtures: int) -> int:
