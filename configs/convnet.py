@@ -50,6 +50,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   # scan's while loop (experiments/classifier.py). True is fine on a GPU.
   c.scan_epoch = False
   c.eval_every_steps = 0        # evaluate (and checkpoint) every N updates too; 0 = per epoch
+  c.num_devices = 0             # data parallel over this many devices (the batch split over them); 0 = all
   c.steps_per_call = 0          # at most N updates a jitted call (progress moves between); 0 = all to the next evaluation
   if preset == "paper":
     pass

@@ -58,6 +58,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.grad_clip_norm = 0.0        # global-norm gradient clipping; 0 = off (the paper's)
   c.eval_batch_size = 1000      # evaluation chunk; any size gives the same metrics
   c.eval_every_steps = 0        # evaluate (and checkpoint) every N updates too; 0 = per epoch
+  c.num_devices = 0             # data parallel over this many devices (the batch split over them); 0 = all
   c.steps_per_call = 0          # at most N updates a jitted call (progress moves between); 0 = all to the next evaluation
   if preset == "paper":
     pass
