@@ -45,6 +45,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.eps = 1e-5                  # normalization eps (added to the variance)
   c.bn_momentum = 0.99          # batch norm running-average decay
   c.bn_unbiased = False         # batch norm: N/(N-1) variance in training
+  c.bn_stats = "global"         # batch norm over devices: global (the whole batch, synchronised) | local (each device's part)
   c.eval_batch_size = 1000      # evaluation chunk; any size gives the same metrics
   # One jitted call per step: XLA:CPU runs convolutions ~3x slower inside a
   # scan's while loop (experiments/classifier.py). True is fine on a GPU.

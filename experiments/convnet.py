@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from experiments import classifier, loop
+from experiments import classifier, loop, parallel
 from experiments.errors import check
 from lnorm.convnet import ConvNet
 from lnorm.layers import NORMS
@@ -14,11 +14,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
   classifier.validate(config, NORMS)
   check(all(c >= 1 for c in config.channels) and config.hidden >= 1,
         f"channels={config.channels} and hidden={config.hidden} need sizes >= 1")
+  parallel.bn_groups(config)  # bn_stats and num_devices, before the data loads
 
 
 def create_model(config) -> ConvNet:
   return ConvNet(channels=config.channels, hidden=config.hidden, norm=config.norm,
-                 eps=config.eps, momentum=config.bn_momentum, unbiased=config.bn_unbiased)
+                 eps=config.eps, momentum=config.bn_momentum, unbiased=config.bn_unbiased,
+                 bn_groups=parallel.bn_groups(config))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str

@@ -189,6 +189,22 @@ def test_grouped_batch_norm_equals_separate_shards():
                              rtol=1e-4, atol=1e-6)
 
 
+def test_grouped_batch_norm_of_a_convolution_equals_its_shards():
+  from lnorm.layers import NormConv  # pylint: disable=g-import-not-at-top
+  G, Bg = 4, 3
+  x = jax.random.normal(jax.random.key(0), (G * Bg, 5, 6, 2)) + 2
+  layer = NormConv(3, norm="batch", momentum=0.5)
+  variables = layer.init(jax.random.key(1), x, train=False)
+  y, upd = layer.clone(groups=G).apply(variables, x, train=True, mutable=["batch_stats"])
+  shards = [layer.apply(variables, x[g * Bg:(g + 1) * Bg], train=True, mutable=["batch_stats"])
+            for g in range(G)]
+  np.testing.assert_allclose(y, jnp.concatenate([s[0] for s in shards]), rtol=1e-5, atol=1e-5)
+  for k in ("mean", "var"):  # the mean of the shards' running-average updates
+    np.testing.assert_allclose(upd["batch_stats"][k],
+                               np.mean([s[1]["batch_stats"][k] for s in shards], 0),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_runner_rejects_bad_parallel_fields(tmp_path):
   from tests.run_records import run_cli  # pylint: disable=g-import-not-at-top
   env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
