@@ -80,11 +80,8 @@ class MaskedBatchNorm(nn.Module):
 
 def _bn_lstm_cell(features: int, max_steps: int, train: bool, gain_init: float,
                   eps: float) -> nn.RNNCellBase:
-  # BNLSTMCell until the cells merge into LSTMCell(norm=...).
-  cls = getattr(recurrent, "BNLSTMCell", None)
-  kw = dict(features=features, max_steps=max_steps, use_running_average=not train,
-            gain_init=gain_init, eps=eps)
-  return cls(**kw) if cls is not None else recurrent.LSTMCell(norm="batch", **kw)
+  return recurrent.LSTMCell(features=features, norm="batch", max_steps=max_steps,
+                            use_running_average=not train, gain_init=gain_init, eps=eps)
 
 
 class Encoder(nn.Module):

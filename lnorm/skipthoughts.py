@@ -14,8 +14,8 @@ word embeddings are shared by the encoder and the decoders, and the loss is
 the summed word negative log likelihood of both decoders over the batch
 (a sum, not a mean: with gradient-norm clipping at 5 the scale matters).
 
-``GRU`` computes what scanning ``recurrent.GRUCell`` (``norm='none'``) or
-``recurrent.LNGRUCell`` (``'layer'``) over [x_t; context] computes, with the
+``GRU`` computes what scanning ``recurrent.GRUCell(norm='none')`` or
+``recurrent.GRUCell(norm='layer')`` over [x_t; context] computes, with the
 same parameter names, shapes and initialisers. The GRU is the paper's
 variant (the reset gate scales U h, eq. 24), not Kiros et al.'s U (r * h).
 The input side (W_x x and its layer norm) is known for every step in
