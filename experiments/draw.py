@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax.training.train_state import TrainState
 
 from experiments import loop
+from experiments import optimizers
 from experiments.errors import check, check_common
 from lnorm.data import binarized_mnist
 from lnorm.draw import DRAW, NORMS, negative_bound
@@ -85,19 +85,11 @@ def _init_params(model: DRAW, rng: jax.Array) -> Any:
   return model.init(rng, x, jnp.zeros(model.noise_shape(2)))["params"]
 
 
-@functools.lru_cache(maxsize=None)
-def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTransformation:
-  """Adam, after global-norm clipping if ``grad_clip_norm``."""
-  tx = optax.adam(learning_rate)
-  if grad_clip_norm:
-    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
-  return tx
-
 
 def create_train_state(config, rng: jax.Array) -> TrainState:
   model = create_model(config)
   return TrainState.create(apply_fn=model.apply, params=_init_params(model, rng),
-                           tx=optimizer(config.learning_rate, config.grad_clip_norm))
+                           tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
 
 
 def bound_terms(state: TrainState, params: Any, x_BxD: jax.Array, eps_BxTxZ: jax.Array

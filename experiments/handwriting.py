@@ -33,6 +33,7 @@ import optax
 from flax.training.train_state import TrainState
 
 from experiments import loop
+from experiments import optimizers
 from experiments.errors import check, check_common
 from lnorm import handwriting as hw
 from lnorm.data import iam_ondb
@@ -88,18 +89,11 @@ def _init_params(model: hw.Synthesis, rng: jax.Array) -> Any:
   return model.init(rng, x, jnp.zeros((1, 2), jnp.int32))["params"]
 
 
-@functools.lru_cache(maxsize=None)
-def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTransformation:
-  tx = optax.adam(learning_rate)
-  if grad_clip_norm:
-    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
-  return tx
-
 
 def create_train_state(config, rng: jax.Array) -> TrainState:
   model = create_model(config)
   return TrainState.create(apply_fn=model.apply, params=_init_params(model, rng),
-                           tx=optimizer(config.learning_rate, config.grad_clip_norm))
+                           tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
 
 
 def line_nll(model: hw.Synthesis, params, batch: dict, clip: jax.Array | None = None

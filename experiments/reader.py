@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax.training import train_state
 
 from experiments import loop
+from experiments import optimizers
 from experiments.errors import check, check_common
 from lnorm import reader
 from lnorm.data import DataError
@@ -94,13 +94,6 @@ def create_model(config, vocab_size: int, num_entities: int) -> reader.Attentive
       bn_everywhere=config.bn_everywhere, bn_gain_init=config.bn_gain_init, eps=config.eps)
 
 
-@functools.lru_cache(maxsize=None)
-def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTransformation:
-  tx = optax.adam(learning_rate)
-  if grad_clip_norm:
-    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
-  return tx
-
 
 def create_train_state(config, model: reader.AttentiveReader, example: dict[str, np.ndarray],
                        rng: jax.Array) -> TrainState:
@@ -109,7 +102,7 @@ def create_train_state(config, model: reader.AttentiveReader, example: dict[str,
                       )(rng, inputs)
   return TrainState.create(apply_fn=model.apply, params=variables["params"],
                            batch_stats=variables.get("batch_stats", {}),
-                           tx=optimizer(config.learning_rate, config.grad_clip_norm))
+                           tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array]

@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax.training.train_state import TrainState
 
 from experiments import loop
+from experiments import optimizers
 from experiments.errors import check, check_common
 from lnorm import senteval, skipthoughts
 from lnorm.data import books
@@ -80,14 +80,6 @@ def create_model(config, vocab_size: int) -> SkipThoughts:
                 norm=config.norm, eps=config.eps)
 
 
-@functools.lru_cache(maxsize=None)
-def optimizer(learning_rate: float, grad_clip_norm: float) -> optax.GradientTransformation:
-  """Adam (beta 0.9, 0.999, eps 1e-8, as Kiros et al.'s), after global-norm clipping."""
-  tx = optax.adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8)
-  if grad_clip_norm:
-    tx = optax.chain(optax.clip_by_global_norm(grad_clip_norm), tx)
-  return tx
-
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
 def _init_params(model: SkipThoughts, rng: jax.Array, max_len: int) -> Any:
@@ -99,7 +91,7 @@ def create_train_state(config, vocab_size: int, rng: jax.Array) -> TrainState:
   model = create_model(config, vocab_size)
   return TrainState.create(apply_fn=model.apply,
                            params=_init_params(model, rng, config.max_len),
-                           tx=optimizer(config.learning_rate, config.grad_clip_norm))
+                           tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
 
 
 def train_step(model: SkipThoughts, state: TrainState, batch: tuple[jax.Array, ...]
