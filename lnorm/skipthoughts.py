@@ -34,28 +34,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from flax.linen import initializers
-from flax.typing import Array, Initializer, PRNGKey
+from flax.typing import Array
 
 from lnorm import norms
 from lnorm.data.books import PAD, Vocab
 from lnorm.normalization import layer_norm
+from lnorm.recurrent.cells import stacked
+from lnorm.recurrent.lstm_scan import center
 
 NORMS = norms.supported("none", "layer")
-
-
-def _stacked(init: Initializer, n: int) -> Initializer:
-  """``n`` independent (in, H) draws side by side, one per gate."""
-
-  def f(key: PRNGKey, shape: tuple[int, ...], dtype=jnp.float32):
-    keys = jax.random.split(key, n)
-    block = shape[:-1] + (shape[-1] // n,)
-    return jnp.concatenate([init(k, block, dtype) for k in keys], axis=-1)
-
-  return f
-
-
-def _center(k_IxF: Array) -> Array:
-  return k_IxF - jnp.mean(k_IxF, -1, keepdims=True)
 
 
 def _rms(a_BxF: Array, eps: float) -> Array:
@@ -79,10 +66,10 @@ class GRU(nn.Module):
     D = 0 if context_BxD is None else context_BxD.shape[-1]
     p, ones, zeros = self.param, initializers.ones_init(), initializers.zeros_init()
     lecun, orth = initializers.lecun_normal(), initializers.orthogonal()
-    k_x = p("kernel_x", _stacked(lecun, 2), (I + D, 2 * H))
-    k_h = p("kernel_h", _stacked(orth, 2), (H, 2 * H))
-    k_xc = p("kernel_xc", _stacked(lecun, 1), (I + D, H))
-    k_hc = p("kernel_hc", _stacked(orth, 1), (H, H))
+    k_x = p("kernel_x", stacked(lecun, 2), (I + D, 2 * H))
+    k_h = p("kernel_h", stacked(orth, 2), (H, 2 * H))
+    k_xc = p("kernel_xc", stacked(lecun, 1), (I + D, H))
+    k_hc = p("kernel_hc", stacked(orth, 1), (H, H))
     b_2H = p("bias", zeros, (2 * H,))
     layer = self.norm == "layer"
     if layer:
@@ -101,7 +88,7 @@ class GRU(nn.Module):
     if layer:
       xg_TxBx2H = layer_norm(xg_TxBx2H, g_x, eps=self.eps) + b_2H[None, None]
       xc_TxBxH = layer_norm(xc_TxBxH, g_xc, b_xc, eps=self.eps)
-      k_h3 = jnp.concatenate([_center(k_h), _center(k_hc)], -1)
+      k_h3 = jnp.concatenate([center(k_h), center(k_hc)], -1)
     else:
       xg_TxBx2H = xg_TxBx2H + b_2H[None, None]
       xc_TxBxH = xc_TxBxH + b_c[None, None]
