@@ -392,11 +392,19 @@ def _evaluate_and_save(task: Task, mngr, writer, progress: Progress, state, step
   progress.report(step, **{k: metrics[k] for k in shown if k in metrics})
 
 
+# Metrics named with one of these are better higher; all others lower.
+HIGHER_IS_BETTER = ("accuracy", "acc", "recall")
+
+
+def higher_is_better(metric: str) -> bool:
+  return any(w in metric for w in HIGHER_IS_BETTER)
+
+
 def _best(records: list[dict], key: str) -> tuple[float, int] | None:
   vals = [(r[key], r["step"]) for r in records if key in r and np.isfinite(r[key])]
   if not vals:
     return None
-  pick = max if any(w in key for w in ("accuracy", "acc", "recall")) else min
+  pick = max if higher_is_better(key) else min
   return pick(vals, key=lambda v: v[0])
 
 

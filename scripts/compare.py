@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from experiments import figures  # noqa: E402
+from experiments import figures, loop  # noqa: E402
 
 # Bookkeeping fields of a metrics record, not metrics to compare.
 NOT_METRICS = ("step", "epoch", "wall_time", "epoch_time_s", "examples_per_sec")
@@ -88,15 +88,11 @@ def default_metric(runs: list[dict]) -> str:
   return others[0]
 
 
-# Metrics where higher is better, as the run loop's end-of-run summary has it.
-HIGHER_IS_BETTER = ("accuracy", "acc", "recall")
-
-
 def best_of(metric: str, best: str = "auto") -> str:
   """min or max: ``best``, or for auto, max for accuracies and recalls."""
   if best != "auto":
     return best
-  return "max" if any(w in metric for w in HIGHER_IS_BETTER) else "min"
+  return "max" if loop.higher_is_better(metric) else "min"
 
 
 def _final_and_best(metrics: list[dict], metric: str, best: str) -> tuple[dict, dict]:
@@ -190,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--out", default="compare.png", type=Path, help="figure (default compare.png)")
   p.add_argument("--best", default="auto", choices=("auto", "min", "max"),
                  help="whether the best value is the lowest or the highest (default auto: the "
-                      f"highest for metrics named with {', '.join(HIGHER_IS_BETTER)}, else the "
+                      f"highest for metrics named with {', '.join(loop.HIGHER_IS_BETTER)}, else the "
                       "lowest)")
   p.add_argument("--group_seeds", action="store_true",
                  help="runs that differ only in seed: one curve with a band, mean ± sd")
