@@ -91,15 +91,15 @@ def create_model(config, vocab_size: int, num_entities: int) -> reader.Attentive
   return reader.AttentiveReader(
       vocab_size=vocab_size, num_entities=num_entities, features=config.features,
       embed=config.embed, attention=config.attention, norm=config.norm,
-      bn_everywhere=config.bn_everywhere, bn_gain_init=config.bn_gain_init, eps=config.eps)
+      bn_everywhere=config.bn_everywhere, bn_gain_init=config.bn_gain_init,
+      ln_gain_init=config.ln_gain_init, eps=config.eps)
 
 
 
 def create_train_state(config, model: reader.AttentiveReader, example: dict[str, np.ndarray],
                        rng: jax.Array) -> TrainState:
   inputs = tuple(jnp.asarray(example[k][:2]) for k in INPUTS)
-  variables = jax.jit(functools.partial(reader.init, model, ln_gain_init=config.ln_gain_init)
-                      )(rng, inputs)
+  variables = jax.jit(functools.partial(reader.init, model))(rng, inputs)
   return TrainState.create(apply_fn=model.apply, params=variables["params"],
                            batch_stats=variables.get("batch_stats", {}),
                            tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))

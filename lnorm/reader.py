@@ -90,6 +90,7 @@ class Encoder(nn.Module):
   features: int
   norm: str
   bn_gain_init: float = 0.1
+  ln_gain_init: float = 1.0
   eps: float = 1e-5
 
   @nn.compact
@@ -99,7 +100,8 @@ class Encoder(nn.Module):
       carry, y = recurrent.Recurrent(cell, name="lstm")(x, mask)
       return y, carry[1]
     (_, h), y = recurrent.LSTM(self.features, norm=self.norm, eps=self.eps,
-                               return_carry=True, name="lstm")(x, mask)
+                               gain_init=self.ln_gain_init, return_carry=True,
+                               name="lstm")(x, mask)
     return y, h
 
 
@@ -113,6 +115,7 @@ class AttentiveReader(nn.Module):
   norm: str = "none"
   bn_everywhere: bool = False
   bn_gain_init: float = 0.1
+  ln_gain_init: float = 1.0  # where the LSTMs' LN gains start (norm='layer')
   eps: float = 1e-5
 
   @nn.compact
@@ -124,8 +127,8 @@ class AttentiveReader(nn.Module):
     emb = nn.Embed(self.vocab_size, self.embed, name="embed")
     x_d = emb(passage) * passage_mask[..., None].astype(jnp.float32)
     x_q = emb(query) * query_mask[..., None].astype(jnp.float32)
-    enc = lambda name: Encoder(self.features, self.norm, self.bn_gain_init, self.eps,
-                               name=name)
+    enc = lambda name: Encoder(self.features, self.norm, self.bn_gain_init,
+                               self.ln_gain_init, self.eps, name=name)
     y_BxTxH, _ = enc("passage")(x_d, passage_mask, train)
     _, u_BxH = enc("query")(x_q, query_mask, train)
 
@@ -155,19 +158,13 @@ class AttentiveReader(nn.Module):
 
 
 def init(model: AttentiveReader, rng: jax.Array, inputs: tuple[Array, ...],
-         ln_gain_init: float = 1.0) -> dict[str, Any]:
+         ln_gain_init: float | None = None) -> dict[str, Any]:
   """``model.init`` on ``inputs`` (passage, passage_mask, query, query_mask,
-  candidates), then with ``norm='layer'`` every LN gain of the LSTMs set to
-  ``ln_gain_init`` (``recurrent.LSTM`` starts them at 1)."""
-  variables = dict(model.init(rng, *inputs, train=False))
-  if model.norm == "layer" and ln_gain_init != 1.0:
-    def set_gain(path, leaf):
-      names = [getattr(k, "key", "") for k in path]
-      if "lstm" in names and str(names[-1]).startswith("gain_"):
-        return jnp.full_like(leaf, ln_gain_init)
-      return leaf
-    variables["params"] = jax.tree_util.tree_map_with_path(set_gain, variables["params"])
-  return variables
+  candidates), the LSTMs' LN gains starting at ``ln_gain_init`` if given
+  (else at the model's ``ln_gain_init``)."""
+  if ln_gain_init is not None:
+    model = model.clone(ln_gain_init=ln_gain_init)
+  return dict(model.init(rng, *inputs, train=False))
 
 
 def loss_and_error(logits_BxE: Array, answer_B: Array, weight_B: Array | None = None

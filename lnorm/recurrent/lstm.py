@@ -67,6 +67,7 @@ class LSTM(nn.Module):
   features: int
   norm: str = 'none'
   eps: float = 1e-5
+  gain_init: float = 1.0  # where every layer-norm gain starts
   forget_bias: float = 0.0
   return_carry: bool = False
   unroll: int = 1
@@ -88,7 +89,7 @@ class LSTM(nn.Module):
       raise ValueError(f'input of shape {x.shape} has no time axis')
     H, p, pd = self.features, self.param, self.param_dtype
     batch_shape, (T, I) = x.shape[:-2], x.shape[-2:]
-    ones, zeros = initializers.ones_init(), initializers.zeros_init()
+    ones, zeros = initializers.constant(self.gain_init), initializers.zeros_init()
     # Created in the cell's order.
     k_x = p('kernel_x', stacked(self.kernel_init, 4), (I, 4 * H), pd)
     k_h = p('kernel_h', stacked(self.recurrent_kernel_init, 4), (H, 4 * H),
