@@ -375,8 +375,13 @@ def test_two_runs_at_once_one_refused_other_intact(tiny_cli, tmp_path):
   first = subprocess.Popen(tiny_cli(wd, "--config.num_epochs=4"), cwd=REPO, env=ENV,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   _wait_for(wd / "config.json", first)
-  second = subprocess.run(tiny_cli(wd, "--config.num_epochs=4"), cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+  # Paused, the first run still holds the lock, however fast the machine would have let it finish.
+  first.send_signal(signal.SIGSTOP)
+  try:
+    second = subprocess.run(tiny_cli(wd, "--config.num_epochs=4"), cwd=REPO, env=ENV,
+                            capture_output=True, text=True, timeout=300)
+  finally:
+    first.send_signal(signal.SIGCONT)
   assert second.returncode == 2
   assert second.stderr.strip().startswith(f"error: workdir {wd} is in use by another run "
                                           f"(pid {first.pid})")

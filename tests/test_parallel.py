@@ -273,11 +273,13 @@ def test_two_processes_equal_one_and_resume_after_a_kill(tmp_path):
   deadline = time.time() + 900
   while not any(p.name.isdigit() for p in (killed / "checkpoints").glob("*")):
     assert time.time() < deadline and all(p.poll() is None for p in procs)
-    time.sleep(0.05)
+    time.sleep(0.01)
+  # Paused first, so that a fast machine cannot finish the last steps before the kill.
+  for p in procs:
+    p.send_signal(signal.SIGSTOP)
   procs[1].send_signal(signal.SIGKILL)
-  # The other process waits in a collective for its peer (until JAX's heartbeat
-  # timeout); a launcher (SLURM, a TPU pod) ends the job, as here.
-  time.sleep(2)
+  # The other process would wait in a collective for its peer (until JAX's
+  # heartbeat timeout); a launcher (SLURM, a TPU pod) ends the job, as here.
   procs[0].send_signal(signal.SIGKILL)
   for p in procs:
     p.wait(timeout=60)
