@@ -124,3 +124,37 @@ def test_gru_checks_arguments():
     R.GRU(H).init(jax.random.key(0), x, np.ones((B, T + 1), bool))
   with pytest.raises(ValueError, match='time axis'):
     R.GRU(H).init(jax.random.key(0), x[0, 0])
+
+
+@pytest.mark.parametrize('norm', R.GRU_NORMS)
+def test_gru_context_is_the_cells_scan_over_x_and_context(norm):
+  """With ``context`` (*batch, D): scanning the cell over [x_t; context],
+  outputs, carry and gradients (the context's included)."""
+  D, nb = 3, len(LENGTHS)
+  x, mask = inputs((nb, T, I)), length_mask()
+  c = inputs((nb, D)) * 2.0
+  gru = R.GRU(H, norm=norm, return_carry=True)
+  params = perturb(gru.init(jax.random.key(0), x, context=c)['params'])
+  assert params['kernel_x'].shape == (I + D, 2 * H)
+  cell = R.GRUCell(H, norm=norm)
+
+  def loss(run):
+    def f(p, c):
+      h, y = run(p, c)
+      w = jnp.cos(jnp.arange(y.size, dtype=y.dtype)).reshape(y.shape)
+      return jnp.sum(y * w) + jnp.sum(h * jnp.sin(h)), (y, h)
+    return jax.jit(jax.grad(f, argnums=(0, 1), has_aux=True))
+
+  ours = lambda p, c: gru.apply({'params': p}, x, mask, context=c)
+  xc = lambda c: jnp.concatenate([x, jnp.broadcast_to(c[:, None], (nb, T, D))], -1)
+  ref = lambda p, c: R.Recurrent(cell).apply({'params': {'cell': p}}, xc(c), mask)
+  g, (y, h) = loss(ours)(params, c)
+  g_ref, (y_ref, h_ref) = loss(ref)(params, c)
+  np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(h, h_ref, rtol=1e-5, atol=1e-6)
+  for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
+    scale = float(np.max(np.abs(b)))
+    assert scale > 0
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * scale)
+  with pytest.raises(ValueError, match='context'):
+    gru.apply({'params': params}, x, context=c[:2])

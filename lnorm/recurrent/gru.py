@@ -32,7 +32,11 @@ class GRU(nn.Module):
 
   ``mask`` (*batch, T) works as in ``Recurrent``: where it is False the carry
   is frozen and the output is 0. ``initial_carry`` is ``h`` (*batch, H),
-  zeros by default. Returns ``y``, or ``(h_T, y)`` with ``return_carry``.
+  zeros by default. ``context`` (*batch, D), if given, is appended to every
+  step's input, as scanning the cell over [x_t; context] would see it (the
+  conditional decoders of skip-thoughts): the kernels' input side then has
+  I + D rows, and the context's share is one matmul for all steps. Returns
+  ``y``, or ``(h_T, y)`` with ``return_carry``.
   ``dtype`` is the compute dtype and that of the outputs (None: promoted from
   the input and parameters), ``param_dtype`` that of the parameters.
   """
@@ -54,11 +58,16 @@ class GRU(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Array | None = None, *,
-               initial_carry: Array | None = None):
+               initial_carry: Array | None = None,
+               context: Array | None = None):
     if x.ndim < 2:
       raise ValueError(f'input of shape {x.shape} has no time axis')
     H, p, pd, eps = self.features, self.param, self.param_dtype, self.eps
-    batch_shape, (T, I) = x.shape[:-2], x.shape[-2:]
+    batch_shape, (T, X) = x.shape[:-2], x.shape[-2:]
+    if context is not None and context.shape[:-1] != batch_shape:
+      raise ValueError(f'context has shape {context.shape}; expected '
+                       f'{batch_shape} (batch...) and a feature axis')
+    I = X + (0 if context is None else context.shape[-1])
     ones, binit = initializers.ones_init(), self.bias_init
     # Created in the cell's order.
     k_x = p('kernel_x', stacked(self.kernel_init, 2), (I, 2 * H), pd)
@@ -80,14 +89,18 @@ class GRU(nn.Module):
       b_c = p('bias_c', binit, (H,), pd)
       g_h = g_x = g_xc = b_xc = g_hc = b_hc = None
 
-    x_TxBxI = jnp.moveaxis(x.reshape((-1, T, I)), 1, 0)
-    B = x_TxBxI.shape[1]
-    (x_TxBxI, k_x, k_h, k_xc, k_hc, b_2H, g_h, g_x, g_xc, b_xc, g_hc,
-     b_hc) = promote_dtype(x_TxBxI, k_x, k_h, k_xc, k_hc, b_2H, g_h, g_x,
-                           g_xc, b_xc, g_hc, b_hc, dtype=self.dtype)
-    dt = x_TxBxI.dtype
+    x_TxBxX = jnp.moveaxis(x.reshape((-1, T, X)), 1, 0)
+    B = x_TxBxX.shape[1]
+    c_BxD = None if context is None else context.reshape((B, I - X))
+    (x_TxBxX, c_BxD, k_x, k_h, k_xc, k_hc, b_2H, g_h, g_x, g_xc, b_xc, g_hc,
+     b_hc) = promote_dtype(x_TxBxX, c_BxD, k_x, k_h, k_xc, k_hc, b_2H, g_h,
+                           g_x, g_xc, b_xc, g_hc, b_hc, dtype=self.dtype)
+    dt = x_TxBxX.dtype
     # The input side of every step, before the scan: [W_x x | W x].
-    xw_TxBx3H = x_TxBxI @ jnp.concatenate([k_x, k_xc], -1)
+    k_Ix3H = jnp.concatenate([k_x, k_xc], -1)
+    xw_TxBx3H = x_TxBxX @ k_Ix3H[:X]
+    if c_BxD is not None:
+      xw_TxBx3H = xw_TxBx3H + (c_BxD @ k_Ix3H[X:])[None]
     xz_TxBx2H, xc_TxBxH = xw_TxBx3H[..., :2 * H], xw_TxBx3H[..., 2 * H:]
     if layer:
       xz_TxBx2H = layer_norm(xz_TxBx2H, g_x, eps=eps)
