@@ -19,10 +19,11 @@ but x, gain and bias is saved for the backward pass.
 
 On CPU, for float32 inputs normalized over their trailing axes,
 ``forward_p`` and ``backward_p`` lower to the fused kernels of
-``lnorm/native`` (one pass over memory each way). Everything else (other
-dtypes and axes, other platforms, the tangent map, batching with a batched
-gain or bias, and the derivatives of the two linear maps) lowers to the
-XLA versions below, written with the shifted statistics described in
+``lnorm/native`` (one pass over memory each way), unless the computation
+is partitioned over several devices (``native/dispatch.py``). Everything
+else (other dtypes and axes, other platforms, the tangent map, batching
+with a batched gain or bias, and the derivatives of the two linear maps)
+lowers to the XLA versions below, written with the shifted statistics described in
 ``normalization.py``. Both versions compute the same function to float
 rounding; tests hold each to a float64 reference.
 """
@@ -40,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lnorm import native
+from lnorm.native import dispatch
 
 Array = jax.Array
 Axes = tuple[int, ...]
@@ -202,7 +204,8 @@ def _primitive(name: str, xla_fn, native_target: str | None,
     native_lowering = jax.ffi.ffi_lowering(native_target)
 
     def cpu_lowering(ctx, *args, axes, eps, native):
-      if native and _native_ok(ctx.avals_in[0], axes):
+      if (native and _native_ok(ctx.avals_in[0], axes)
+          and not dispatch.partitioned(ctx)):
         return native_lowering(ctx, *args, eps=np.float32(eps))
       return xla_lowering(ctx, *args, axes=axes, eps=eps, native=native)
 

@@ -32,14 +32,13 @@ behind each choice:
 from __future__ import annotations
 
 import functools
-from typing import Callable
-
 import jax
 import jax.numpy as jnp
 from flax.typing import Array
 import numpy as np
 
 from lnorm import native, norms
+from lnorm.native.dispatch import cpu_native
 
 NORMS = norms.supported('none', 'layer', 'layer_c')
 
@@ -103,18 +102,6 @@ def _native_ok(dtype) -> bool:
   """Whether the scans may run their elementwise steps as native CPU kernels
   (float32, and the kernels built): chosen per platform when lowering."""
   return jnp.dtype(dtype) == jnp.float32 and native.load()
-
-
-def _cpu_native(xla_fn: Callable, native_fn: Callable) -> Callable:
-  """``xla_fn``, lowered on CPU as ``native_fn`` (the same function, one native
-  kernel). Derivatives, which only higher orders take (the scans are inside a
-  custom VJP), go through ``xla_fn``."""
-  @jax.custom_jvp
-  def f(*args):
-    return jax.lax.platform_dependent(*args, cpu=native_fn, default=xla_fn)
-
-  f.defjvp(lambda primals, tangents: jax.jvp(xla_fn, primals, tangents))
-  return f
 
 
 _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
@@ -203,7 +190,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
     return c_new, h_new, y_BxH, saved
 
   # The scans take every array as an argument: the custom JVP of
-  # _cpu_native differentiates (through xla_scan) with respect to arguments.
+  # cpu_native differentiates (through xla_scan) with respect to arguments.
   def xla_scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
                h0_BxH, m_TxB):
     def step(carry, inp):
@@ -246,7 +233,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
 
   scan = xla_scan
   if use_native and _native_ok(xw_TxBx4H.dtype):
-    scan = _cpu_native(xla_scan, native_scan)
+    scan = cpu_native(xla_scan, native_scan)
   return scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
               h0_BxH, m_TxB)
 
@@ -422,7 +409,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
 
   scan = xla_scan
   if use_native and _native_ok(dy_TxBxH.dtype):
-    scan = _cpu_native(xla_scan, native_scan)
+    scan = cpu_native(xla_scan, native_scan)
   dc0, dh0, sums, dxw, da = scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB,
                                  dc_BxH, dh_BxH, gx_4H, b_4H, wt_4HxH, g_4H,
                                  g_H, b_H)
@@ -431,7 +418,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     h_prev = saved[..., -H:]
   else:
     h_prev = jnp.concatenate([h0_BxH[None], y_TxBxH[:-1]], 0)
-  dw_Hx4H = h_prev.reshape(-1, H).T @ da.reshape(-1, 4 * H)
+  dw_Hx4H = _sum_outer(h_prev, da)
   sums = [jnp.sum(s, 0) for s in sums]
   db_4H = sums.pop(0)
   dg_4H = dgx_4H = dg_H = db_H = None
@@ -459,9 +446,14 @@ def _proj_fwd(x_TxBxI, k_IxF):
 
 def _proj_bwd(res, d_TxBxF):
   x_TxBxI, k_IxF = res
-  I, F = k_IxF.shape
-  dk_IxF = x_TxBxI.reshape(-1, I).T @ d_TxBxF.reshape(-1, F)
-  return d_TxBxF @ k_IxF.T, dk_IxF
+  return d_TxBxF @ k_IxF.T, _sum_outer(x_TxBxI, d_TxBxF)
+
+
+def _sum_outer(a_TxBxI: Array, b_TxBxF: Array) -> Array:
+  """sum over t, b of a[t, b]^T b[t, b] (I, F): one matmul over the T * B
+  rows, written without merging T and B, which a batch split over devices
+  would have to gather first."""
+  return jax.lax.dot_general(a_TxBxI, b_TxBxF, (((0, 1), (0, 1)), ((), ())))
 
 
 proj.defvjp(_proj_fwd, _proj_bwd)
