@@ -113,3 +113,32 @@ def test_output_states_scale_and_eps(config, changes):
   assert "while eps stays 1e-05" in md
   assert "Layer norm: Weight matrix re-scaling (No)" in md
   assert "(eps=1e-09), the same as the paper's: Batch norm yes, Weight norm yes, Layer norm yes" in md
+
+
+def test_the_workdir_is_locked_while_it_measures(config, tmp_path, monkeypatch):
+  import fcntl  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  from experiments.workdir import UserError  # pylint: disable=g-import-not-at-top
+  held, measure = [], inv.measure
+
+  def measure_and_try_the_lock(*args, **kwargs):
+    fd = os.open(tmp_path / "lock", os.O_RDWR)  # what a second run would do
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      held.append(False)
+    except BlockingIOError:
+      held.append(True)
+    finally:
+      os.close(fd)
+    return measure(*args, **kwargs)
+
+  monkeypatch.setattr(inv, "measure", measure_and_try_the_lock)
+  inv.train_and_evaluate(config, str(tmp_path))
+  assert held and all(held)
+  fd = os.open(tmp_path / "lock", os.O_RDWR)  # and a run that finds it held is refused
+  fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  try:
+    with pytest.raises(UserError, match="is in use by another run"):
+      inv.train_and_evaluate(config, str(tmp_path))
+  finally:
+    os.close(fd)
