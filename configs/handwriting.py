@@ -29,7 +29,7 @@ alternating repeats, on the 2-core CPU while ~20 other processes loaded it
   cpu:   1.03 s an update (none), 0.73 s (layer) in that benchmark; the two
          runs of `reproduce.py fig5 --preset cpu --jobs 2`, side by side on the
          otherwise idle 2 cores, took 37 and 43 min in all (0.33 and 0.38 s an
-         update, evaluations included).
+         update in their training epochs alone).
   smoke: 4-6 min a run on the loaded machine (1.3-2.2 s an update; ~70-90 s
          compiling; loading the data: parsing the 12,195 XML files the first
          time, ~2 min, then a few seconds from the cache).
