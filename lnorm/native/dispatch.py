@@ -12,6 +12,9 @@ axes of ``shard_map``. Elsewhere the XLA version runs, which XLA partitions.
 * ``cpu_native(xla_fn, native_fn)``: a function that lowers as ``native_fn``
   on CPU where that holds, and as ``xla_fn`` otherwise; derivatives go
   through ``xla_fn``.
+* ``unless_split(one_device_fn, split_fn)``: the same choice on every
+  platform, for code whose fastest one-device form (a reshape that merges a
+  batch axis, say) would make the partitioner gather a split batch.
 """
 
 from __future__ import annotations
@@ -45,57 +48,72 @@ def _hoisted(fn: Callable[..., Any], args: tuple) -> tuple[Any, list, Any]:
   return jex.ClosedJaxpr(jaxpr, ()), list(closed.consts), out_shape
 
 
-# Binds (native consts, xla consts, args); lowers only the branch it takes, so
-# that the other never reaches XLA (the SPMD partitioner rejects the native
-# kernels' side-effecting buffers, even in a dead branch).
-_choice_p = Primitive("lnorm_cpu_native_or_xla")
+# Binds (one-device consts, split consts, args) and lowers only the branch it
+# takes, so that the other never reaches XLA (the SPMD partitioner rejects the
+# native kernels' side-effecting buffers, even in a dead branch). ``cpu_only``:
+# the one-device branch is for CPU alone (native kernels).
+_choice_p = Primitive("lnorm_one_device_or_split")
 _choice_p.multiple_results = True
 _choice_p.def_effectful_abstract_eval(
-    lambda *_, native, xla, n_native: (xla.out_avals, native.effects | xla.effects))
+    lambda *_, single, split, n_single, cpu_only: (split.out_avals,
+                                                   single.effects | split.effects))
 _choice_p.def_impl(lambda *args, **params: jax.jit(
     lambda *a: _choice_p.bind(*a, **params))(*args))
 
 
-def _lowering(take_native: Callable[[Any], bool]):
-  def lower(ctx, *args, native, xla, n_native):
-    n_xla = len(xla.jaxpr.invars) - (len(native.jaxpr.invars) - n_native)
-    native_consts, xla_consts = args[:n_native], args[n_native:n_native + n_xla]
-    rest = args[n_native + n_xla:]
-    if take_native(ctx):
-      fn, a = jex.jaxpr_as_fun(native), (*native_consts, *rest)
+def _lowering(on_cpu: bool):
+  def lower(ctx, *args, single, split, n_single, cpu_only):
+    n_split = len(split.jaxpr.invars) - (len(single.jaxpr.invars) - n_single)
+    rest = args[n_single + n_split:]
+    if (on_cpu or not cpu_only) and not partitioned(ctx):
+      jaxpr, a = single, (*args[:n_single], *rest)
     else:
-      fn, a = jex.jaxpr_as_fun(xla), (*xla_consts, *rest)
-    sub = ctx.replace(avals_in=[v.aval for v in
-                                (native if take_native(ctx) else xla).jaxpr.invars])
-    return mlir.lower_fun(fn, multiple_results=True)(sub, *a)
+      jaxpr, a = split, (*args[n_single:n_single + n_split], *rest)
+    sub = ctx.replace(avals_in=[v.aval for v in jaxpr.jaxpr.invars])
+    return mlir.lower_fun(jex.jaxpr_as_fun(jaxpr), multiple_results=True)(sub, *a)
   return lower
 
 
-mlir.register_lowering(_choice_p, _lowering(lambda ctx: False))
-mlir.register_lowering(_choice_p, _lowering(lambda ctx: not partitioned(ctx)),
-                       platform="cpu")
+mlir.register_lowering(_choice_p, _lowering(on_cpu=False))
+mlir.register_lowering(_choice_p, _lowering(on_cpu=True), platform="cpu")
 
 
-def _batched(args, dims, *, native, xla, n_native):
-  n_xla = len(xla.jaxpr.invars) - (len(native.jaxpr.invars) - n_native)
-  d_n, d_x = dims[:n_native], dims[n_native:n_native + n_xla]
-  d_rest = dims[n_native + n_xla:]
-  a_n, a_x = args[:n_native], args[n_native:n_native + n_xla]
-  a_rest = args[n_native + n_xla:]
-  native_b = jax.vmap(jex.jaxpr_as_fun(native), in_axes=(*d_n, *d_rest))
-  xla_b = jax.vmap(jex.jaxpr_as_fun(xla), in_axes=(*d_x, *d_rest))
-  outs = _bind(lambda *a: native_b(*a_n, *a), lambda *a: xla_b(*a_x, *a), a_rest)
+def _batched(args, dims, *, single, split, n_single, cpu_only):
+  n_split = len(split.jaxpr.invars) - (len(single.jaxpr.invars) - n_single)
+  cut = lambda xs: (xs[:n_single], xs[n_single:n_single + n_split],
+                    xs[n_single + n_split:])
+  (a1, a2, rest), (d1, d2, d_rest) = cut(args), cut(dims)
+  single_b = jax.vmap(jex.jaxpr_as_fun(single), in_axes=(*d1, *d_rest))
+  split_b = jax.vmap(jex.jaxpr_as_fun(split), in_axes=(*d2, *d_rest))
+  outs = _bind(lambda *a: single_b(*a1, *a), lambda *a: split_b(*a2, *a), rest,
+               cpu_only)
   return outs, [0] * len(outs)
 
 
 batching.primitive_batchers[_choice_p] = _batched
 
 
-def _bind(native_fn, xla_fn, flat_args) -> list:
-  native, native_consts, _ = _hoisted(native_fn, tuple(flat_args))
-  xla, xla_consts, _ = _hoisted(xla_fn, tuple(flat_args))
-  return _choice_p.bind(*native_consts, *xla_consts, *flat_args, native=native,
-                        xla=xla, n_native=len(native_consts))
+def _bind(single_fn, split_fn, flat_args, cpu_only: bool) -> list:
+  single, single_consts, _ = _hoisted(single_fn, tuple(flat_args))
+  split, split_consts, _ = _hoisted(split_fn, tuple(flat_args))
+  return _choice_p.bind(*single_consts, *split_consts, *flat_args, single=single,
+                        split=split, n_single=len(single_consts), cpu_only=cpu_only)
+
+
+def _choice(single_fn, split_fn, cpu_only: bool) -> Callable[..., Any]:
+  @jax.custom_jvp
+  def f(*args):
+    flat, in_tree = jax.tree.flatten(args)
+    out_tree = jax.tree.structure(jax.eval_shape(split_fn, *args))
+
+    def flat_fn(fn):
+      return lambda *a: jax.tree.leaves(fn(*jax.tree.unflatten(in_tree, a)))
+
+    return jax.tree.unflatten(
+        out_tree, _bind(flat_fn(single_fn), flat_fn(split_fn), flat, cpu_only))
+
+  f.defjvp(lambda primals, tangents: jax.jvp(split_fn, primals, tangents))
+  return f
 
 
 def cpu_native(xla_fn: Callable[..., Any], native_fn: Callable[..., Any]
@@ -104,16 +122,13 @@ def cpu_native(xla_fn: Callable[..., Any], native_fn: Callable[..., Any]
   function through native kernels) unless the computation is partitioned
   over several devices. Arguments and results may be pytrees (None leaves
   included); derivatives, of any order, are ``xla_fn``'s."""
+  return _choice(native_fn, xla_fn, cpu_only=True)
 
-  @jax.custom_jvp
-  def f(*args):
-    flat, in_tree = jax.tree.flatten(args)
-    out_tree = jax.tree.structure(jax.eval_shape(xla_fn, *args))
 
-    def flat_fn(fn):
-      return lambda *a: jax.tree.leaves(fn(*jax.tree.unflatten(in_tree, a)))
-
-    return jax.tree.unflatten(out_tree, _bind(flat_fn(native_fn), flat_fn(xla_fn), flat))
-
-  f.defjvp(lambda primals, tangents: jax.jvp(xla_fn, primals, tangents))
-  return f
+def unless_split(one_device_fn: Callable[..., Any], split_fn: Callable[..., Any]
+                 ) -> Callable[..., Any]:
+  """``f(*args)``: lowered as ``one_device_fn`` for one device (any platform)
+  and as ``split_fn``, the same function written so that the partitioner can
+  split it, where the computation is partitioned over several devices.
+  Derivatives are ``split_fn``'s."""
+  return _choice(one_device_fn, split_fn, cpu_only=False)

@@ -38,7 +38,7 @@ from flax.typing import Array
 import numpy as np
 
 from lnorm import native, norms
-from lnorm.native.dispatch import cpu_native
+from lnorm.native.dispatch import cpu_native, unless_split
 
 NORMS = norms.supported('none', 'layer', 'layer_c')
 
@@ -451,9 +451,15 @@ def _proj_bwd(res, d_TxBxF):
 
 def _sum_outer(a_TxBxI: Array, b_TxBxF: Array) -> Array:
   """sum over t, b of a[t, b]^T b[t, b] (I, F): one matmul over the T * B
-  rows, written without merging T and B, which a batch split over devices
-  would have to gather first."""
-  return jax.lax.dot_general(a_TxBxI, b_TxBxF, (((0, 1), (0, 1)), ((), ())))
+  rows. Merging T and B is free on one device; on a batch split over devices
+  it would gather the batch first, so there T and B are contracted as they
+  are (which XLA:CPU runs with a transposed copy of a)."""
+  return _sum_outer_choice(a_TxBxI, b_TxBxF)
+
+
+_sum_outer_choice = unless_split(
+    lambda a, b: a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1]),
+    lambda a, b: jax.lax.dot_general(a, b, (((0, 1), (0, 1)), ((), ()))))
 
 
 proj.defvjp(_proj_fwd, _proj_bwd)
