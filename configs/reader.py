@@ -53,6 +53,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.num_epochs = 50             # passes over the training questions
   c.learning_rate = 8e-5        # Adam; the authors' command
   c.grad_clip_norm = 10.0       # global-norm clipping (our guard; the paper states none); 0 = off
+  c.permute_entities = False    # renumber each training question's entities afresh every update (ours; the data's numbering is fixed, as Hermann et al.'s)
   c.data_dir = "~/.cache/lnorm/data/cnn_standin"  # holds cnn/questions/{training,validation,test}/
   c.passage_sentences = 0       # cut passages after N sentences (4 for the real CNN corpus); 0 = as stored
   c.max_passage_tokens = 800    # drop questions whose passage is longer (padding cost); 0 = keep all

@@ -12,6 +12,7 @@ the step of the lowest ``valid_error`` (``best_valid_test_error``).
 
 from __future__ import annotations
 
+import collections
 import functools
 from typing import Any
 
@@ -60,9 +61,10 @@ def _questions(config, split: str, limit: int) -> tuple[list[cq.Question], int]:
   return kept, len(qs) - len(kept)
 
 
-def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, int]]:
+def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]:
   """{split: arrays} for train/valid/test, padded to common lengths, and the
-  model's sizes (vocab_size, num_entities)."""
+  model's sizes (vocab_size, num_entities) with, for permute_entities, each
+  entity's token id (entity_tokens)."""
   qs, dropped = {}, {}
   qs["train"], dropped["train"] = _questions(config, "training", config.num_train)
   for k, split in EVAL_SPLITS.items():
@@ -84,7 +86,9 @@ def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, int]]
   check(len(qs["train"]) >= config.batch_size,
         f"batch_size={config.batch_size} is larger than the {len(qs['train'])} "
         "training questions")
-  return arrays, {"vocab_size": len(vocab), "num_entities": entities}
+  return arrays, {"vocab_size": len(vocab), "num_entities": entities,
+                  "entity_tokens": cq.entity_tokens(vocab, entities)
+                  if config.permute_entities else None}
 
 
 def create_model(config, vocab_size: int, num_entities: int) -> reader.AttentiveReader:
@@ -105,10 +109,37 @@ def create_train_state(config, model: reader.AttentiveReader, example: dict[str,
                            tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
 
 
-def train_step(state: TrainState, batch: dict[str, jax.Array]
+def permute_entities(batch: dict[str, jax.Array], key: jax.Array, ent_tok_E: jax.Array
+                     ) -> dict[str, jax.Array]:
+  """The batch with each question's entities renumbered by its own random
+  permutation: entity n becomes perm[n] in the passage, query, candidates
+  and answer. Since the numbering carries no meaning, a model cannot then
+  learn a training question's answer by its number, only by reading."""
+  B, E = batch["candidates"].shape
+  perm_BxE = jax.vmap(lambda k: jax.random.permutation(k, E))(jax.random.split(key, B))
+  out = dict(batch)
+  for k in ("passage", "query"):
+    t_BxT = batch[k]
+    hit_BxTxE = t_BxT[..., None] == ent_tok_E[None, None]
+    is_ent, n_BxT = jnp.any(hit_BxTxE, -1), jnp.argmax(hit_BxTxE, -1)
+    new_n = jnp.take_along_axis(perm_BxE, n_BxT, -1)
+    out[k] = jnp.where(is_ent, ent_tok_E[new_n], t_BxT)
+  out["candidates"] = jax.vmap(lambda c, p: jnp.zeros_like(c).at[p].set(c))(
+      batch["candidates"], perm_BxE)
+  out["answer"] = jnp.take_along_axis(perm_BxE, batch["answer"][:, None], -1)[:, 0]
+  return out
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array],
+               permute: tuple[jax.Array, jax.Array] | None = None
                ) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One Adam step on the mean cross-entropy; BN uses this batch's statistics."""
+  """One Adam step on the mean cross-entropy; BN uses this batch's statistics.
+  ``permute``: (key, entity_tokens) to renumber the entities first, with a
+  key folded with the step (so a resumed run draws the same)."""
   B = batch["answer"].shape[0]
+  if permute is not None:
+    key, ent_tok_E = permute
+    batch = permute_entities(batch, jax.random.fold_in(key, state.step), ent_tok_E)
 
   def loss_fn(params):
     logits, upd = state.apply_fn({"params": params, "batch_stats": state.batch_stats},
@@ -158,7 +189,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
   def setup() -> loop.Task:
     arrays, sizes = load_data(config)
     init_key, train_key = jax.random.split(jax.random.key(config.seed))
+    ent_tok_E = sizes.pop("entity_tokens")
     model = create_model(config, **sizes)
+    step = train_step
+    if ent_tok_E is not None:
+      # The shuffles fold in epoch numbers, which never reach this one.
+      perm_key = jax.random.fold_in(train_key, np.iinfo(np.uint32).max)
+      step = functools.partial(train_step, permute=(perm_key, jnp.asarray(ent_tok_E)))
     data = {k: {n: jnp.asarray(a) for n, a in v.items()} for k, v in arrays.items()}
     train = feed(data["train"], train_key, config.batch_size)
 
@@ -172,12 +209,30 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
 
     return loop.Task(
         state=create_train_state(config, model, arrays["train"], init_key),
-        train_step=train_step, feed=train, evaluate=evaluate_splits,
+        train_step=step, feed=train, evaluate=evaluate_splits,
         num_steps=config.num_epochs * train.steps_per_epoch,
         steps_per_epoch=train.steps_per_epoch, examples_per_step=config.batch_size,
         show=("train_nll", "valid_error", "test_error"))
 
   return loop.run(config, workdir, setup)
+
+
+def frequency_errors(config: ml_collections.ConfigDict) -> dict[str, float]:
+  """Hermann et al.'s two word-count baselines on the questions the runs use:
+  the error of answering the passage's most frequent entity, and of the most
+  frequent one that is not in the query (``{split}_{maxfreq|exclusive}``)."""
+  out = {}
+  for k, split in EVAL_SPLITS.items():
+    qs, _ = _questions(config, split, config.num_eval)
+    for name, skip_query in (("maxfreq", False), ("exclusive", True)):
+      wrong = 0
+      for q in qs:
+        query = set(q.query) if skip_query else set()
+        counts = collections.Counter(t for t in q.passage
+                                     if cq.entity_id(t) is not None and t not in query)
+        wrong += not counts or counts.most_common(1)[0][0] != q.answer
+      out[f"{k}_{name}"] = wrong / len(qs)
+  return out
 
 
 def best_valid(records: list[dict]) -> dict | None:

@@ -388,6 +388,13 @@ def fig2(args) -> None:
     secs = sum(r["epoch_time_s"] for r in m) / max(m[-1]["step"], 1)
     md += (f"| {READER_RUNS[k][0]} | {b['valid_error']:.4f} | {b['step']} | "
            f"{b['test_error']:.4f} | {m[-1]['valid_error']:.4f} | {secs:.3f} |\n")
+  from experiments.reader import frequency_errors  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  base = frequency_errors(ml_collections.ConfigDict(c))
+  md += ("\nWord-count baselines on the same questions (Hermann et al.'s): the passage's most "
+         f"frequent entity, valid error {base['valid_maxfreq']:.4f}, test "
+         f"{base['test_maxfreq']:.4f}; the most frequent not in the query, valid "
+         f"{base['valid_exclusive']:.4f}, test {base['test_exclusive']:.4f}.\n")
   md += "\nUpdates to reach a validation error:\n\n| run | "
   md += " | ".join(f"<= {v:g}" for v in READER_LEVELS) + " |\n|---|" + "---|" * len(
       READER_LEVELS) + "\n"

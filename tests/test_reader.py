@@ -139,3 +139,37 @@ def test_loss_and_error_reference():
   ref1 = -(3.0 - np.log(1 + np.e + np.exp(3.0)))
   np.testing.assert_allclose(float(nll), ref0 + 0.5 * ref1, rtol=1e-6)
   assert float(err) == 1.0
+
+
+def test_permute_entities_renumbers_each_question_consistently():
+  from experiments.reader import permute_entities  # pylint: disable=g-import-not-at-top
+  E, ent_tok = 6, np.asarray([10, 11, 12, 13, 14, 15], np.int32)  # entity n is token 10 + n
+  rng = np.random.default_rng(0)
+  B, Tp, Tq = 5, 12, 4
+  passage = rng.integers(2, 16, (B, Tp)).astype(np.int32)
+  query = rng.integers(2, 16, (B, Tq)).astype(np.int32)
+  ent = lambda t: np.where(t >= 10, t - 10, -1)
+  candidates = np.zeros((B, E), bool)
+  for b in range(B):
+    candidates[b, ent(passage[b])[ent(passage[b]) >= 0]] = True
+  answer = np.asarray([np.flatnonzero(c)[0] for c in candidates], np.int32)
+  batch = {"passage": passage, "query": query, "candidates": candidates, "answer": answer,
+           "passage_mask": np.ones((B, Tp), bool), "query_mask": np.ones((B, Tq), bool)}
+  out = {k: np.asarray(v) for k, v in
+         permute_entities(jax.tree.map(jnp.asarray, batch), jax.random.key(3),
+                          jnp.asarray(ent_tok)).items()}
+  changed = False
+  for b in range(B):
+    # One bijection per question, read off the passage and query, carries everything.
+    old = np.concatenate([passage[b], query[b]])
+    new = np.concatenate([out["passage"][b], out["query"][b]])
+    np.testing.assert_array_equal(new[ent(old) < 0], old[ent(old) < 0])  # words stay
+    pairs = set(zip(ent(old)[ent(old) >= 0], ent(new)[ent(old) >= 0]))
+    m = dict(pairs)
+    assert len(m) == len(pairs) and len(set(m.values())) == len(m)  # a bijection
+    assert out["answer"][b] == m[answer[b]]
+    np.testing.assert_array_equal(np.flatnonzero(out["candidates"][b]),
+                                  sorted(m[n] for n in np.flatnonzero(candidates[b])))
+    changed |= any(k != v for k, v in m.items())
+  assert changed
+  np.testing.assert_array_equal(out["passage_mask"], batch["passage_mask"])

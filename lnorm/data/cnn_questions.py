@@ -181,6 +181,16 @@ def num_entities(questions: Iterable[Question]) -> int:
   return top + 1
 
 
+def entity_tokens(vocab: Mapping[str, int], entities: int) -> np.ndarray:
+  """int32 [entities]: the vocabulary id of each @entityN. Every one must be in
+  the vocabulary (renumbering entities maps each to another's token)."""
+  missing = [f"@entity{n}" for n in range(entities) if f"@entity{n}" not in vocab]
+  if missing:
+    raise DataError(f"{len(missing)} entities never occur in the training questions "
+                    f"(first: {missing[0]}), so they cannot be renumbered")
+  return np.asarray([vocab[f"@entity{n}"] for n in range(entities)], np.int32)
+
+
 def to_arrays(questions: Sequence[Question], vocab: Mapping[str, int], entities: int,
               passage_len: int = 0, query_len: int = 0) -> dict[str, np.ndarray]:
   """Padded arrays: ``passage`` [N, Tp] and ``query`` [N, Tq] int32 token ids
