@@ -224,15 +224,18 @@ def frequency_errors(config: ml_collections.ConfigDict) -> dict[str, float]:
   out = {}
   for k, split in EVAL_SPLITS.items():
     qs, _ = _questions(config, split, config.num_eval)
-    for name, skip_query in (("maxfreq", False), ("exclusive", True)):
-      wrong = 0
-      for q in qs:
-        query = set(q.query) if skip_query else set()
-        counts = collections.Counter(t for t in q.passage
-                                     if cq.entity_id(t) is not None and t not in query)
-        wrong += not counts or counts.most_common(1)[0][0] != q.answer
-      out[f"{k}_{name}"] = wrong / len(qs)
+    for name, exclusive in (("maxfreq", False), ("exclusive", True)):
+      out[f"{k}_{name}"] = sum(frequency_answer(q, exclusive) != q.answer for q in qs) / len(qs)
   return out
+
+
+def frequency_answer(q: cq.Question, exclusive: bool) -> str | None:
+  """The passage's most frequent entity (the first seen on ties), leaving out
+  those in the query if ``exclusive``; None if no entity is left."""
+  skip = set(q.query) if exclusive else set()
+  counts = collections.Counter(t for t in q.passage
+                               if cq.entity_id(t) is not None and t not in skip)
+  return counts.most_common(1)[0][0] if counts else None
 
 
 def best_valid(records: list[dict]) -> dict | None:

@@ -173,3 +173,16 @@ def test_permute_entities_renumbers_each_question_consistently():
     changed |= any(k != v for k, v in m.items())
   assert changed
   np.testing.assert_array_equal(out["passage_mask"], batch["passage_mask"])
+
+
+def test_frequency_baselines():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from experiments.reader import frequency_answer  # pylint: disable=g-import-not-at-top
+  from lnorm.data.cnn_questions import Question  # pylint: disable=g-import-not-at-top
+  passage = "@entity2 met @entity0 and @entity2 saw @entity1 , @entity0 @entity2".split()
+  q = Question("u", tuple(passage), tuple("@placeholder saw @entity2".split()), "@entity0",
+               (("@entity0", "a"), ("@entity1", "b"), ("@entity2", "c")))
+  assert frequency_answer(q, exclusive=False) == "@entity2"  # 3 times
+  assert frequency_answer(q, exclusive=True) == "@entity0"   # 2 times, not in the query
+  alone = dataclasses.replace(q, passage=("@entity2", "ran"))
+  assert frequency_answer(alone, exclusive=True) is None
