@@ -22,12 +22,13 @@ against the baseline on this 2-core CPU; resumable across sessions),
 ``:smoke`` (a tiny model, 40 lines, 10 updates, for CI).
 Runtime: `python -m scripts.bench_handwriting --shapes cpu,paper --repeats 5`
 times the training step alone (forward, backward, Adam), median of 5
-alternating repeats, on the 2-core CPU while ~20 other processes loaded it
-(so expect faster on an idle machine; the spread was up to 2-3x):
-  paper: 11.9 s an update with norm=none, 8.9 s with layer: 20 epochs (24,220
-         updates) would take 60-80 h a run on this CPU. A GPU: not measured.
-  cpu:   1.03 s an update (none), 0.73 s (layer) in that benchmark; the two
-         runs of `reproduce.py fig5 --preset cpu --jobs 2`, side by side on the
+alternating repeats, on the 2-core CPU with three other jobs on it
+(BENCHMARKS.md, "Recurrent experiments' training steps"):
+  paper: 4.5 s an update with norm=none, 4.8 s with layer: 20 epochs (24,220
+         updates) would take about 30-32 h a run on this CPU. A GPU: not
+         measured.
+  cpu:   0.54 s an update either way in that benchmark; the two runs of
+         `reproduce.py fig5 --preset cpu --jobs 2`, side by side on the
          otherwise idle 2 cores, took 37 and 43 min in all (0.33 and 0.38 s an
          update in their training epochs alone).
   smoke: 4-6 min a run on the loaded machine (1.3-2.2 s an update; ~70-90 s
