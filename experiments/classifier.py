@@ -19,7 +19,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from experiments import loop, parallel
+from experiments import loop
 from experiments.errors import check, check_common
 from lnorm.data import mnist
 
@@ -126,10 +126,7 @@ def evaluate(state: TrainState, x_NxD: jax.Array, y_N: jax.Array, chunk: int
 def task(config: ml_collections.ConfigDict, model: nn.Module, data: Data) -> loop.Task:
   """Trains on data['train'], evaluating on 'valid' and 'test'."""
   x_tr, y_tr = (jnp.asarray(a) for a in data["train"])
-  # Replicated on the run's mesh: with several processes, every array a jitted
-  # call takes must be a global one.
-  splits = {s: parallel.replicate(data[s], parallel.mesh_for(config))
-            for s in ("valid", "test")}
+  splits = {s: tuple(jnp.asarray(a) for a in data[s]) for s in ("valid", "test")}
   root = jax.random.key(config.seed)
   feed = loop.EpochShuffle(
       data=(x_tr, y_tr), num_examples=len(x_tr), batch_size=config.batch_size,

@@ -229,11 +229,17 @@ class ShardedFeed:
 
 def distribute(task: Any, mesh: Mesh, batch_size: int) -> Any:
   """A :class:`~experiments.loop.Task` on ``mesh``: its state replicated, its
-  batches split, its step :func:`data_parallel`."""
+  batches split, its step :func:`data_parallel`. With several processes each
+  evaluates on its own copy of the state (:func:`to_local`), so that an
+  experiment's evaluation may take its process-local arrays as they are; only
+  process 0 writes what it measures."""
+  evaluate = task.evaluate
+  if jax.process_count() > 1:
+    evaluate = lambda state: task.evaluate(to_local(state))
   return dataclasses.replace(
       task, state=replicate(task.state, mesh),
       feed=ShardedFeed(task.feed, mesh, batch_size),
-      train_step=data_parallel(task.train_step, mesh, batch_size))
+      train_step=data_parallel(task.train_step, mesh, batch_size), evaluate=evaluate)
 
 
 def to_local(tree: Any) -> Any:
