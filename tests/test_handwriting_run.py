@@ -12,7 +12,7 @@ from PIL import Image
 
 from lnorm import native
 from lnorm.data import iam_ondb as iam
-from tests.run_records import metrics, without_timing
+from tests.run_records import metrics, straight_and_resumed, without_timing
 from tests.test_iam_ondb import write
 
 NUM_TRAIN, BATCH, EVAL_EVERY = 8, 4, 3  # 2 updates an epoch; an evaluation inside epoch 2
@@ -55,14 +55,8 @@ def tiny_config(tmp_path, monkeypatch):
 def test_resumed_run_equals_straight_run_and_writes_whole_outputs(tiny_config, tmp_path):
   from experiments import handwriting as exp
   from experiments import workdir as wdir
-  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  two = tiny_config.copy_and_resolve_references()
-  two.num_epochs = 2
-  s_state = exp.train_and_evaluate(two, str(straight))
-  exp.train_and_evaluate(tiny_config, str(resumed))  # stops after epoch 1 (step 2)
-  assert [r["step"] for r in metrics(resumed)] == [2]
-  tiny_config.num_epochs = 2  # the same workdir: resumes from step 2
-  r_state = exp.train_and_evaluate(tiny_config, str(resumed))
+  straight, s_state, resumed, r_state = straight_and_resumed(
+      exp.train_and_evaluate, tiny_config, tmp_path, stop_after=2)
 
   # Steps: 2 an epoch (8 lines, batch 4), every epoch end and every 3rd update.
   records = metrics(straight)

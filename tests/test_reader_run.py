@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lnorm.data import cloze
-from tests.run_records import metrics, without_timing
+from tests.run_records import metrics, straight_and_resumed, without_timing
 from tests.test_cloze import _articles, _zip
 
 NUM_TRAIN, BATCH, EVAL_EVERY = 24, 8, 4  # 3 updates an epoch; an evaluation inside epoch 2
@@ -40,14 +40,8 @@ def test_resumed_run_equals_straight_run(tiny_config, tmp_path):
   # too (the evaluations use them). One norm only, for time: each run
   # compiles its own programs.
   tiny_config.norm = "batch"
-  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  two = tiny_config.copy_and_resolve_references()
-  two.num_epochs = 2
-  s_state = exp.train_and_evaluate(two, str(straight))
-  exp.train_and_evaluate(tiny_config, str(resumed))  # stops after epoch 1 (step 3)
-  assert [r["step"] for r in metrics(resumed)] == [3]
-  tiny_config.num_epochs = 2  # the same workdir: resumes from step 3
-  r_state = exp.train_and_evaluate(tiny_config, str(resumed))
+  straight, s_state, resumed, r_state = straight_and_resumed(
+      exp.train_and_evaluate, tiny_config, tmp_path, stop_after=3)
 
   # Steps: 3 an epoch (24 questions, batch 8), every epoch end and every 4th update.
   records = metrics(straight)
