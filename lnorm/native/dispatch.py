@@ -38,14 +38,14 @@ def partitioned(ctx: mlir.LoweringRuleContext) -> bool:
   return getattr(axis_context, "num_devices", 1) > 1
 
 
-def _hoisted(fn: Callable[..., Any], args: tuple) -> tuple[Any, list, Any]:
+def _hoisted(fn: Callable[..., Any], args: tuple) -> tuple[Any, list]:
   """``fn`` traced at ``args``: (a closed jaxpr taking fn's closed-over values
-  first, those values, the output pytree's shape)."""
-  closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+  first, those values)."""
+  closed = jax.make_jaxpr(fn)(*args)
   j = closed.jaxpr
   jaxpr = jex.Jaxpr((), [*j.constvars, *j.invars], j.outvars, j.eqns, j.effects,
                     j.debug_info)
-  return jex.ClosedJaxpr(jaxpr, ()), list(closed.consts), out_shape
+  return jex.ClosedJaxpr(jaxpr, ()), list(closed.consts)
 
 
 # Binds (one-device consts, split consts, args) and lowers only the branch it
@@ -94,8 +94,8 @@ batching.primitive_batchers[_choice_p] = _batched
 
 
 def _bind(single_fn, split_fn, flat_args, cpu_only: bool) -> list:
-  single, single_consts, _ = _hoisted(single_fn, tuple(flat_args))
-  split, split_consts, _ = _hoisted(split_fn, tuple(flat_args))
+  single, single_consts = _hoisted(single_fn, tuple(flat_args))
+  split, split_consts = _hoisted(split_fn, tuple(flat_args))
   return _choice_p.bind(*single_consts, *split_consts, *flat_args, single=single,
                         split=split, n_single=len(single_consts), cpu_only=cpu_only)
 
