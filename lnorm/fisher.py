@@ -27,6 +27,8 @@ Three ways to the Fisher, which must agree:
   ``fisher_analytic`` uses the whole analytic Jacobian of ``abar``. They differ
   for layer norm only, whose mu and sigma depend on every unit's weights, so that
   ``d abar_k / d w_i != 0`` for k != i: eq. 13 keeps the k = i terms alone.
+  ``gain_metric`` is the gain block alone, and ``gain_metric_appendix`` that
+  block as the appendix prints it (eqs. 32-35), which differs for batch norm.
 
 Batch norm's statistics are those of the N inputs given (the data
 distribution P(x) is uniform over them), as in the paper's eq. 2.
@@ -293,6 +295,16 @@ def gain_metric(theta_HxP: Array, x_NxD: Array, glm: GLM) -> Array:
     z_NxH = (a - mu) / sigma
   c_NxHxH = output_covariance(summed_inputs(theta_HxP, x_NxD, glm), glm)
   return jnp.mean(c_NxHxH * z_NxH[:, :, None] * z_NxH[:, None, :], axis=0)
+
+
+def gain_metric_appendix(theta_HxP: Array, x_NxD: Array, glm: GLM) -> Array:
+  """The gain block (H, H) as the appendix prints it, in ds^2 = 1/2 dg^T G dg:
+  eqs. 33 (layer), 34 (weight) and 35 (``none``, the step dg_i w_i / ||w_i||)
+  are ``gain_metric``'s E_x[Cov_ij / phi^2 n_i n_j]; eq. 32 (batch) reads
+  E_x[Cov[y | x] / phi^2], without the n_i n_j."""
+  if glm.norm != norms.BATCH:
+    return gain_metric(theta_HxP, x_NxD, glm)
+  return jnp.mean(output_covariance(summed_inputs(theta_HxP, x_NxD, glm), glm), axis=0)
 
 
 def weight_step(theta_HxP: Array, glm: GLM, d_HxD: Array) -> Array:

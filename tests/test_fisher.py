@@ -106,6 +106,22 @@ def test_gain_metric_against_input_scale(norm, output):
       assert _rel(g[c], g[1.0]) > 1e-2
 
 
+@pytest.mark.parametrize("norm,output", CASES)
+def test_appendix_gain_metric_eqs_32_to_35(norm, output):
+  """The appendix's ds^2 along the gains, as printed, against the exact Fisher:
+  eqs. 33-35 hold; eq. 32 (batch norm) leaves out n_i n_j, which is exact only
+  where Cov[y | x] is constant (Gaussian outputs, and E_x[n_i^2] = 1 over the
+  batch), and not for softmax."""
+  th, x, glm = _setup(norm, output)
+  v = fi.gain_directions(th, glm)
+  exact = v.T @ _jit(fi.fisher)(th, x, glm) @ v
+  err = _rel(_jit(fi.gain_metric_appendix)(th, x, glm), exact)
+  if norm == "batch" and output == "softmax":
+    assert err > 1e-2
+  else:
+    assert err < 1e-12
+
+
 def test_gain_metric_with_eps_is_not_invariant_at_small_scales():
   th, x, glm = _setup("layer", "gaussian", eps=1e-5)
   v = fi.gain_directions(th, glm)
