@@ -392,12 +392,14 @@ def _evaluate_and_save(task: Task, mngr, writer, progress: Progress, state, step
   progress.report(step, **{k: metrics[k] for k in shown if k in metrics})
 
 
-# Metrics named with one of these are better higher; all others lower.
+# Better higher: metrics named with one of these, and correlations (SentEval's
+# SICK_r, SICK_rho) by their suffix. All others (losses, errors, MSE) lower.
 HIGHER_IS_BETTER = ("accuracy", "acc", "recall")
+CORRELATIONS = ("_r", "_rho")
 
 
 def higher_is_better(metric: str) -> bool:
-  return any(w in metric for w in HIGHER_IS_BETTER)
+  return any(w in metric for w in HIGHER_IS_BETTER) or metric.endswith(CORRELATIONS)
 
 
 def _best(records: list[dict], key: str) -> tuple[float, int] | None:

@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--out", default="compare.png", type=Path, help="figure (default compare.png)")
   p.add_argument("--best", default="auto", choices=("auto", "min", "max"),
                  help="whether the best value is the lowest or the highest (default auto: the "
-                      f"highest for metrics named with {', '.join(loop.HIGHER_IS_BETTER)}, else the "
-                      "lowest)")
+                      f"highest for metrics named with {', '.join(loop.HIGHER_IS_BETTER)} or "
+                      f"ending {', '.join(loop.CORRELATIONS)}, else the lowest)")
   p.add_argument("--group_seeds", action="store_true",
                  help="runs that differ only in seed: one curve with a band, mean ± sd")
   args = p.parse_args(argv)

@@ -170,3 +170,11 @@ def test_two_tiny_real_runs(tmp_path, monkeypatch, capsys):
     assert float(r[4]) == pytest.approx(m[-1]["test_error"], rel=1e-3)
     assert float(r[6]) == pytest.approx(min(x["test_error"] for x in m), rel=1e-3)
   assert out.read_bytes().startswith(PNG)
+
+
+def test_accuracies_and_correlations_are_better_higher_all_else_lower():
+  from experiments import loop
+  assert all(map(loop.higher_is_better, ("MR_acc", "valid_accuracy", "recall_at_1", "SICK_r",
+                                         "SICK_rho")))
+  assert not any(map(loop.higher_is_better, ("SICK_mse", "heldout_nll", "valid_error",
+                                             "train_nll", "error_rate", "examples_per_sec")))
