@@ -42,7 +42,7 @@ Runtime, on the 2-core CPU:
 Paper's result (Table 3, Figure 3; uni-skip, 2400 units, BookCorpus, about 1M
 updates): with LN, SICK r and rho are higher and MSE lower, and MR, CR, SUBJ and
 MPQA accuracies higher, than without; LN also improves faster along training.
-(Its numbers are not copied here: take them from the paper's Table 3.) On 1.4M
+Its rows are printed above ours in results.md (``reproduce.PAPER_TABLE3``). On 1.4M
 tokens of Gutenberg the absolute numbers cannot come near the paper's; the
 comparison between the two norms can still be made.
 Gradient clipping: Kiros et al.'s paper says norm 10, their training code 5;

@@ -131,3 +131,25 @@ def test_seeds_must_be_positive_and_supported_by_the_target():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert message in p.stderr.strip().splitlines()[-1]
+
+
+def test_table3_puts_the_papers_rows_above_ours_and_says_where_and_how_soon_ln_leads():
+  from scripts import reproduce
+
+  def run(evals):  # (SICK_r, SICK_mse, MR_acc, heldout_nll) at updates 100, 200, 300
+    return [{"step": 100 * (i + 1), "SICK_r": r, "SICK_mse": e, "MR_acc": a, "heldout_nll": h,
+             "examples_per_sec": 32.0} for i, (r, e, a, h) in enumerate(evals)]
+  ms = {"none": run([(0.50, 0.60, 0.60, 5.0), (0.60, 0.50, 0.62, 4.5), (0.65, 0.45, 0.63, 4.2)]),
+        "layer": run([(0.55, 0.55, 0.59, 4.8), (0.66, 0.44, 0.64, 4.3), (0.64, 0.46, 0.65, 4.1)])}
+  lines = reproduce.skip_tables(ms, {"batch_size": 64}).splitlines()
+  assert lines[0] == "| run | updates | heldout NLL | SICK r | SICK MSE | MR | s / update |"
+  assert lines[2] == "| paper: Original [Kiros et al., 2015] (BookCorpus) |  | | 0.848 | 0.287 | 75.5 | |"
+  assert lines[4] == "| paper: Ours + LN (BookCorpus) | 1M | | 0.854 | 0.277 | 79.5 | |"
+  assert lines[6] == "| Ours (GRU), Gutenberg stand-in | 300 | 4.200 | 0.650 | 0.450 | 63.0 | 2.000 |"
+  assert lines[7] == "| Ours + LN (LN-GRU), Gutenberg stand-in | 300 | 4.100 | 0.640 | 0.460 | 65.0 | 2.000 |"
+  assert "| 200 | 4.500 / 4.300 | 0.600 / 0.660 | 0.500 / 0.440 | 62.0 / 64.0 |" in lines
+  # SICK MSE is better lower, the others higher; the baseline reaches its own final last.
+  assert "| heldout NLL | 3 of 3 | 300 | 300 |" in lines
+  assert "| SICK r | 2 of 3 | 300 | 200 |" in lines
+  assert "| SICK MSE | 2 of 3 | 300 | 200 |" in lines
+  assert "| MR | 2 of 3 | 300 | 200 |" in lines
