@@ -547,17 +547,19 @@ def table3(args) -> None:
   md = header(args, list(records.values()), "Table 3: skip-thoughts, with and without LN")
   md += (f"Setting: {c['embed_dim']}-d words, {c['features']} GRU units, {c['vocab_size']} "
          f"words, batch {c['batch_size']}, Adam {c['learning_rate']:g}, clipping at "
-         f"{c['grad_clip_norm']:g}, {c['num_epochs']} epochs of the 15 training books. "
+         f"{c['grad_clip_norm']:g}, {c['num_epochs']} epochs of the training books. "
          f"Evaluation at each point: {c['eval_folds']} folds, inner folds "
          f"{c['eval_inner_folds']} (0: C = 1), up to {c['eval_max_examples'] or 'all'} "
          "sentences a classification set. `python -m scripts.eval_skipthoughts --workdir "
          "<run>` gives SentEval's full protocol for any checkpoint. Accuracies in %.\n\n"
-         "**Our rows are from a stand-in corpus**: 17 Gutenberg books (1.4M training tokens "
-         "against BookCorpus's ~1B), a model a tenth of the paper's width, and thousands of "
-         "updates against its million. The absolute numbers cannot come near the paper's "
-         "rows, printed above ours for reference; only the comparison of the two norms "
-         "carries over. The heldout NLL is per word, on triples of the 2 held-out books.\n\n"
-         "![Figure 3](fig3.png)\n\n")
+         + ("**Our rows are from a stand-in corpus**: 17 Gutenberg books (1.4M training "
+            "tokens against BookCorpus's ~1B)" if not c["text_dir"] else
+            f"Our rows are trained on `{c['text_dir']}`")
+         + f", with {c['features']} GRU units against the paper's 2400 and "
+         f"{ms['none'][-1]['step']:,} updates against its 1M. The absolute numbers cannot "
+         "be compared with the paper's rows, printed above ours for reference; only the "
+         "comparison of the two norms carries over. The heldout NLL is per word, on the "
+         "held-out books' triples.\n\n![Figure 3](fig3.png)\n\n")
   md += skip_tables(ms, c)
   (out_dir(args) / "results.md").write_text(md)
   print(md)
