@@ -36,9 +36,9 @@ Runtime, on the 2-core CPU:
   cpu:   0.75 s an update for either norm, the two runs side by side on the
          2 cores and nothing else (tqdm's rate in their logs); about 70 min of
          training a run, plus the evaluations.
-  smoke: at a load average of about 20, one epoch of all 59,125 triples at the smoke model's size trained in
-         45 s, but compiling and evaluating (SICK: 381 s) made it 9 min in all;
-         the preset now trains 200 updates.
+  smoke: at a load average of about 20, one epoch of all 59,125 triples at
+         the smoke model's size trained in 45 s, but compiling and evaluating
+         (SICK: 381 s) made it 9 min in all; the preset now trains 200 updates.
 Paper's result (Table 3, Figure 3; uni-skip, 2400 units, BookCorpus, about 1M
 updates): with LN, SICK r and rho are higher and MSE lower, and MR, CR, SUBJ and
 MPQA accuracies higher, than without; LN also improves faster along training.

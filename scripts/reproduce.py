@@ -491,6 +491,7 @@ def skip_cell(metric: str, value: float) -> str:
 def skip_tables(ms: dict[str, list[dict]], c: dict) -> str:
   """Table 3's layout, the paper's rows above ours; then, for Figure 3, each
   metric at every evaluation and how often and how soon LN leads."""
+  corpus = "Gutenberg stand-in" if not c.get("text_dir") else f"`{c['text_dir']}`"
   from experiments.loop import higher_is_better  # pylint: disable=g-import-not-at-top
   shown = [k for k in SKIP_METRICS if k in ms["none"][-1]]
   md = ("| run | updates | heldout NLL | " + " | ".join(SKIP_METRICS[k] for k in shown)
@@ -503,7 +504,7 @@ def skip_tables(ms: dict[str, list[dict]], c: dict) -> str:
   for n, m in ms.items():
     last = m[-1]
     rate = statistics.median(x["examples_per_sec"] for x in m)
-    md += (f"| {SKIP_NAMES[n]}, Gutenberg stand-in | {last['step']} | "
+    md += (f"| {SKIP_NAMES[n]}, {corpus} | {last['step']} | "
            f"{last.get('heldout_nll', float('nan')):.3f} | "
            + " | ".join(skip_cell(k, last[k]) for k in shown)
            + f" | {c['batch_size'] / rate:.3f} |\n")
