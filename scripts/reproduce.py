@@ -542,7 +542,8 @@ def table3(args) -> None:
   shown = [k for k in SKIP_METRICS if k in ms["none"][-1]]
   figures.plot_panels({"skip-thoughts": {SKIP_NAMES[n]: m for n, m in ms.items()}},
                       out_dir(args) / "fig3.png",
-                      [figures.Axis(k, SKIP_METRICS[k]) for k in shown], x="step",
+                      [figures.Axis("heldout_nll", "held-out NLL per word")]
+                      + [figures.Axis(k, SKIP_METRICS[k]) for k in shown], x="step",
                       title="Skip-thoughts on the Gutenberg stand-in (paper Figure 3)")
   c = records["none"]["config"]
   md = header(args, list(records.values()), "Table 3: skip-thoughts, with and without LN")
