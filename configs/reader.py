@@ -40,7 +40,9 @@ with 0.1. Cooijmans et al.: BN-LSTM and BN-everywhere train faster than the
 LSTM. Ours at :cpu on the stand-in (results/fig2_cpu/): every variant learns
 its 7,670 training questions by heart and stays above Hermann et al.'s
 word-count baselines on held-out ones (best valid error 0.80-0.86 against
-0.68-0.71), so the claims cannot be tested at this scale.
+0.68-0.71), so the claims cannot be tested at this scale. Why:
+results/reader_probe/ (scripts/probe_reader.py): query-dependent attention forms
+only after a plateau that grows fast with the number of cues.
 """
 
 import ml_collections
