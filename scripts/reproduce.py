@@ -364,7 +364,8 @@ READER_RUNS = {"lstm": ("LSTM", {"norm": "none"}),
                "ln": ("LN-LSTM", {"norm": "layer"}),
                "ln_gain01": ("LN-LSTM, gain init 0.1", {"norm": "layer", "ln_gain_init": 0.1})}
 READER_LEVELS = (0.7, 0.6, 0.5, 0.45, 0.4)
-READER_STANDIN = "~/.cache/lnorm/data/cnn_standin"  # where scripts/make_cloze.py's README command writes
+# Where the README's make_cloze.py commands write the stand-ins (configs/reader.py).
+READER_STANDINS = ("~/.cache/lnorm/data/cnn_standin", "~/.cache/lnorm/data/cnn_standin_4")
 STANDIN_NOTE = ("**Every number here is from the stand-in**, the cloze questions that "
                 "`scripts/make_cloze.py` builds from ABC news and Gutenberg books, not from "
                 "DeepMind's CNN corpus (README, \"The data behind the recurrent experiments\").\n\n")
@@ -383,9 +384,12 @@ def fig2(args) -> None:
   md = header(args, list(records.values()), "Figure 2: attentive reader")
   md += (f"Setting: {c['features']} LSTM units, embedding {c['embed']}, batch "
          f"{c['batch_size']}, Adam {c['learning_rate']:g}, {c['num_epochs']} epochs, passages "
-         f"<= {c['max_passage_tokens'] or 'any'} tokens, data `{c['data_dir']}`. Errors on "
+         f"<= {c['max_passage_tokens'] or 'any'} tokens, "
+         + ("entities renumbered at every update, " if c.get("permute_entities") else "")
+         + f"data `{c['data_dir']}`. Errors on "
          "all validation / test questions kept.\n\n"
-         + (STANDIN_NOTE if Path(c["data_dir"]) == Path(READER_STANDIN).expanduser() else "")
+         + (STANDIN_NOTE if any(Path(c["data_dir"]) == Path(d).expanduser()
+                             for d in READER_STANDINS) else "")
          + "![Figure 2](fig2.png)\n\n"
          "| run | best valid error | at step | test error there | final valid error | "
          "s / update |\n|---|---|---|---|---|---|\n")

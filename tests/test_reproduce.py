@@ -153,3 +153,70 @@ def test_table3_puts_the_papers_rows_above_ours_and_says_where_and_how_soon_ln_l
   assert "| SICK r | 2 of 3 | 300 | 200 |" in lines
   assert "| SICK MSE | 2 of 3 | 300 | 200 |" in lines
   assert "| MR | 2 of 3 | 300 | 200 |" in lines
+
+
+class FakeReaderRun:
+  """Stands in for ``experiments.main`` on configs/reader.py: the preset's
+  whole config.json, and validation / test error falling 0.9 -> 0.5 over
+  updates 100-500, faster for LN. Its data_dir: ``FakeReaderRun.data_dir``."""
+  data_dir = ""
+
+  def __init__(self, cmd, **_):
+    from configs import reader as reader_config
+    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
+    config = reader_config.get_config(flags["config"].rsplit(":", 1)[1]).to_dict()
+    for k, v in flags.items():
+      if k.startswith("config."):
+        config[k[len("config."):]] = type(config[k[len("config."):]])(
+            v == "True" if v in ("True", "False") else v)
+    config["data_dir"] = FakeReaderRun.data_dir
+    fast = config["norm"] == "layer" and config["ln_gain_init"] == 1.0
+    wd = Path(flags["workdir"])
+    wd.mkdir(parents=True)
+    (wd / "config.json").write_text(json.dumps(
+        {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(
+        {"step": 100 * i, "epoch": i, "valid_error": 0.9 - (0.2 if fast else 0.1) * i,
+         "test_error": 0.8 - 0.1 * i, "epoch_time_s": 10.0, "examples_per_sec": 640.0}) + "\n"
+        for i in range(1, 5 if fast else 6)))
+    self.returncode = 0
+
+  def poll(self):
+    return self.returncode
+
+
+def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp_path, monkeypatch):
+  from lnorm.data import cnn_questions as cq
+  from scripts import reproduce
+  # One question a split, in a stand-in's place.
+  FakeReaderRun.data_dir = str(tmp_path / "standin")
+  monkeypatch.setattr(reproduce, "READER_STANDINS", (FakeReaderRun.data_dir,))
+  q = cq.Question(url="u", passage=("@entity0", "met", "@entity1", "and", "@entity1", "."),
+                  query=("@entity1", "saw", "@placeholder"), answer="@entity0",
+                  entities=(("@entity0", "A"), ("@entity1", "B")))
+  for split in cq.SPLITS:
+    d = tmp_path / "standin/cnn/questions" / split
+    d.mkdir(parents=True)
+    cq.write_question(d / "q.question", q)
+  monkeypatch.setattr(reproduce.subprocess, "Popen", FakeReaderRun)
+  reproduce.main(["fig2", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
+                  "--results_dir", str(tmp_path / "res")])
+  md = (tmp_path / "res" / "fig2_smoke" / "results.md").read_text()
+  assert "**Every number here is from the stand-in**" in md
+  assert "entities renumbered" not in md  # the smoke preset keeps the numbering
+  lines = md.splitlines()
+  # LN: best 0.1 at update 400 (test 0.4 there); the others 0.4 at 500;
+  # 10 s an epoch of 100 updates.
+  assert "| LN-LSTM | 0.1000 | 400 | 0.4000 | 0.1000 | 0.100 |" in lines
+  assert "| LSTM | 0.4000 | 500 | 0.3000 | 0.4000 | 0.100 |" in lines
+  # The most frequent entity (@entity1) is wrong; the most frequent not in the query right.
+  assert ("most frequent entity, valid error 1.0000, test 1.0000; the most frequent not in "
+          "the query, valid 0.0000, test 0.0000.") in md
+  assert "| LN-LSTM | 100 | 200 | 200 | 300 | 300 |" in lines
+  assert "| LN-LSTM, gain init 0.1 | 200 | 300 | 400 | 500 | 500 |" in lines
+  assert (tmp_path / "res" / "fig2_smoke" / "fig2.png").read_bytes().startswith(b"\x89PNG")
+  # The cpu preset renumbers entities at every update, and says so.
+  reproduce.main(["fig2", "--preset", "cpu", "--runs_dir", str(tmp_path / "runs"),
+                  "--results_dir", str(tmp_path / "res")])
+  md = (tmp_path / "res" / "fig2_cpu" / "results.md").read_text()
+  assert "60 epochs, passages <= 300 tokens, entities renumbered at every update, data" in md
