@@ -30,9 +30,10 @@ with --config.num_train=640 --config.num_eval=64, compile excluded), on the
 2-core CPU while other jobs loaded it; few updates each, so rough:
   paper: LN-LSTM 11 s/update (passages up to 800 tokens). A GPU run; not
          measured on one.
-  cpu:   60 epochs of ~220 updates. On one core, the other busy: LSTM 0.16
-         and LN-LSTM 0.20 s/update (13,200 updates in about 40 and 45 min,
-         measured in results/reader_trials/); BN-LSTM and BN-everywhere about
+  cpu:   60 epochs of ~220 updates. On one core, the other busy: LSTM 0.20
+         and LN-LSTM 0.21 s/update (training epochs' seconds over updates in
+         results/reader_trials/: 13,200 updates in about 45 min); BN-LSTM and
+         BN-everywhere about
          twice the LSTM's (measured on the older stand-in). About 4 core-hours
          for the five.
   smoke: 1-2 minutes, most of it compiling.
