@@ -33,9 +33,8 @@ with --config.num_train=640 --config.num_eval=64, compile excluded), on the
   cpu:   60 epochs of ~220 updates. On one core, the other busy: LSTM 0.20
          and LN-LSTM 0.21 s/update (training epochs' seconds over updates in
          results/reader_trials/: 13,200 updates in about 45 min); BN-LSTM and
-         BN-everywhere about
-         twice the LSTM's (measured on the older stand-in). About 4 core-hours
-         for the five.
+         BN-everywhere about twice the LSTM's (measured on the older stand-in).
+         About 5 core-hours for the five.
   smoke: 1-2 minutes, most of it compiling.
 Paper's result (Figure 2): LN-LSTM reaches a lower validation error sooner
 than the LSTM and both BN variants; LN with gain 1.0 does much better than
