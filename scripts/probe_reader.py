@@ -2,10 +2,10 @@ r"""Probe behind results/reader_probe/ (issue 17): can the attentive reader
 (lnorm/reader.py, trained by experiments/reader.train_step) learn synthetic
 questions whose answer a reader must find, and how soon does each norm do it?
 
-On the cloze stand-in every variant stays at or above the word-count baselines
-(results/fig2_cpu/) and, with entities renumbered every update, its training
-loss does not move (results/reader_trials/). These tasks ask whether that is
-the model or the data. Each passage is T filler tokens holding m entities at
+On the cloze stand-in no variant beats the word-count baselines
+(results/fig2_cpu/), and with entities renumbered every update its training
+loss stays at chance for thousands of updates (results/reader_trials/). These
+tasks ask whether that is the model or the data. Each passage is T filler tokens holding m entities at
 random places, each entity right after a cue token; the query is
 ``<q> <cue> @placeholder`` and the answer is the entity after that cue:
 
