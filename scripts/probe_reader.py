@@ -24,15 +24,17 @@ reports the first update at which it was.
 
 With --results_dir it writes DIR/results.md and DIR/curves.json beside the
 commit and the command. Runtime: 2-4 minutes a run that is not solved in
-6,000 updates, on one core of the 2-core CPU (64 units, batch 64, T = 40); the
-defaults took 40 minutes.
+6,000 updates, on one core of the 2-core CPU with a training job on the other
+(64 units, batch 64, T = 40); the defaults took 40 minutes that way.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,6 +49,7 @@ if __package__ in (None, ""):  # Run as `python scripts/probe_reader.py`.
 
 from experiments import reader as ex  # pylint: disable=wrong-import-position
 from experiments import workdir as wdir  # pylint: disable=wrong-import-position
+from experiments.errors import UserError  # pylint: disable=wrong-import-position
 from lnorm import reader  # pylint: disable=wrong-import-position
 
 T, NUM_ENTITIES, NUM_WORDS = 40, 10, 160   # passage length, entity ids, word ids
@@ -143,6 +146,15 @@ def main(argv: list[str] | None = None) -> int:
   a = p.parse_args(argv)
   if a.steps < a.every or a.seeds < 1:
     p.error("--steps must be at least --every, and --seeds at least 1")
+  if a.results_dir:  # before the runs, not after 40 minutes of them
+    try:
+      a.results_dir.mkdir(parents=True, exist_ok=True)
+      if not os.access(a.results_dir, os.W_OK):
+        raise PermissionError(errno.EACCES, "permission denied")
+    except OSError as e:
+      print(f"error: cannot write {a.results_dir}: {e.strerror or e}; choose a writable "
+            "--results_dir", file=sys.stderr)
+      return 2
   runs = []
   for task in a.tasks:
     for v in a.norms:
@@ -154,17 +166,21 @@ def main(argv: list[str] | None = None) -> int:
   report = table(runs, a.steps, a.solved)
   print(report)
   if a.results_dir:
-    a.results_dir.mkdir(parents=True, exist_ok=True)
     command = "python -m scripts.probe_reader " + " ".join(argv if argv is not None else sys.argv[1:])
-    (a.results_dir / "curves.json").write_text(json.dumps(
-        {"git_commit": wdir.git_commit(), "versions": wdir.versions(), "command": command,
-         "runs": runs}, indent=1))
-    (a.results_dir / "results.md").write_text(
-        "# Attentive reader on synthetic lookup questions (probe, issue 17)\n\n"
-        f"Command: `{command}`  \nCommit: {wdir.git_commit()}\n\n"
-        "**Synthetic questions, not reading comprehension**: they test whether the "
-        "reader's attention can learn to find a cued answer, and how soon each norm "
-        "lets it (scripts/probe_reader.py says how they are made).\n\n" + report)
+    commit = wdir.git_commit()
+    try:
+      wdir.write_atomic(a.results_dir / "curves.json", json.dumps(
+          {"git_commit": commit, "versions": wdir.versions(), "command": command,
+           "runs": runs}, indent=1))
+      wdir.write_atomic(a.results_dir / "results.md",
+          "# Attentive reader on synthetic lookup questions (probe, issue 17)\n\n"
+          f"Command: `{command}`  \nCommit: {commit}\n\n"
+          "**Synthetic questions, not reading comprehension**: they test whether the "
+          "reader's attention can learn to find a cued answer, and how soon each norm "
+          "lets it (scripts/probe_reader.py says how they are made).\n\n" + report)
+    except UserError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
   return 0
 
 

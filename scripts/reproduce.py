@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from configs import pi_mnist as pi_mnist_config  # noqa: E402
+from configs import reader as reader_config  # noqa: E402
 from experiments import figures  # noqa: E402
 
 NORM_NAMES = {"none": "Baseline", "layer": "Layer norm", "batch": "Batch norm"}
@@ -364,8 +365,8 @@ READER_RUNS = {"lstm": ("LSTM", {"norm": "none"}),
                "ln": ("LN-LSTM", {"norm": "layer"}),
                "ln_gain01": ("LN-LSTM, gain init 0.1", {"norm": "layer", "ln_gain_init": 0.1})}
 READER_LEVELS = (0.7, 0.6, 0.5, 0.45, 0.4)
-# Where the README's make_cloze.py commands write the stand-ins (configs/reader.py).
-READER_STANDINS = ("~/.cache/lnorm/data/cnn_standin", "~/.cache/lnorm/data/cnn_standin_4")
+# The presets' data_dirs, where the README's make_cloze.py commands write the stand-ins.
+READER_STANDINS = sorted({reader_config.get_config(p).data_dir for p in ("paper", "cpu", "smoke")})
 STANDIN_NOTE = ("**Every number here is from the stand-in**, the cloze questions that "
                 "`scripts/make_cloze.py` builds from ABC news and Gutenberg books, not from "
                 "DeepMind's CNN corpus (README, \"The data behind the recurrent experiments\").\n\n")

@@ -29,3 +29,11 @@ def test_run_returns_a_curve():
   r = pr.run("marker", "none", 0, steps=4, solved=0.0, every=2)
   assert [s for s, _ in r["curve"]] == [2, 4]
   assert all(0 <= e <= 1 for _, e in r["curve"])
+
+
+def test_an_unwritable_results_dir_is_refused_before_any_run(tmp_path, monkeypatch, capsys):
+  (tmp_path / "f").write_text("")
+  monkeypatch.setattr(pr, "run", lambda *a, **k: pytest.fail("trained before checking"))
+  assert pr.main(["--results_dir", str(tmp_path / "f" / "out")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(f"error: cannot write {tmp_path / 'f' / 'out'}")
