@@ -186,11 +186,14 @@ def schedule(start: int, total: int, steps_per_epoch: int | None, eval_every: in
 
 
 class _Stop:
-  """SIGINT and SIGTERM ask the loop to stop at its next safe point (the end of
-  the current jitted call); a second one stops at once."""
+  """SIGINT and SIGTERM. Before training (data loading, compiling), when
+  nothing has been written, they stop at once; once ``defer()`` is called
+  they ask the loop to stop at its next safe point (the end of the current
+  jitted call), and a second one stops at once."""
 
   def __init__(self):
     self.signum: int | None = None
+    self.deferred = False
     self._old = {}
 
   def __enter__(self) -> "_Stop":
@@ -199,7 +202,12 @@ class _Stop:
         self._old[s] = signal.signal(s, self._handle)
     return self
 
+  def defer(self) -> None:
+    self.deferred = True
+
   def _handle(self, signum, frame) -> None:
+    if not self.deferred:
+      raise _StoppedEarly(signum)
     if self.signum is not None:
       signal.signal(signum, signal.SIG_DFL)
       signal.raise_signal(signum)
@@ -210,6 +218,15 @@ class _Stop:
   def __exit__(self, *exc) -> None:
     for s, h in self._old.items():
       signal.signal(s, h)
+
+
+class _StoppedEarly(BaseException):
+  """Raised from the signal handler before training; a BaseException, like
+  KeyboardInterrupt, so that no ``except Exception`` on the way swallows it."""
+
+  def __init__(self, signum: int):
+    super().__init__(signum)
+    self.signum = signum
 
 
 def _resolve_data_dir(config: ml_collections.ConfigDict) -> str | None:
@@ -248,18 +265,27 @@ def run(config: ml_collections.ConfigDict, workdir: str, setup: Callable[[], Tas
   checks, so a bad workdir is reported before the data loads."""
   t_start = time.perf_counter()
   mesh = parallel.mesh_for(config)  # data parallel over its devices (parallel.py)
-  with parallel.run_dir(workdir, config, wdir.RunDir) as rd:
-    data_dir = _resolve_data_dir(config)
-    devices = ", ".join(f"{d.platform}:{d.id}" for d in jax.devices())
-    print(f"{config.experiment}: workdir {rd.path}"
-          + (f" | data {data_dir}" if data_dir is not None else "")
-          + f" | devices {devices}", flush=True)
-    task = parallel.distribute(setup(), mesh, config.get("batch_size", 0))
-    wd = rd.create()
-    return _train(config, wd, task, t_start)
+  with _Stop() as stop:
+    try:
+      with parallel.run_dir(workdir, config, wdir.RunDir) as rd:
+        data_dir = _resolve_data_dir(config)
+        devices = ", ".join(f"{d.platform}:{d.id}" for d in jax.devices())
+        print(f"{config.experiment}: workdir {rd.path}"
+              + (f" | data {data_dir}" if data_dir is not None else "")
+              + f" | devices {devices}", flush=True)
+        task = parallel.distribute(setup(), mesh, config.get("batch_size", 0))
+        # From here on the workdir is written: a signal waits for a safe point.
+        stop.defer()
+        wd = rd.create()
+        return _train(config, wd, task, t_start, stop)
+    except _StoppedEarly as e:
+      raise Stopped(f"stopped by {signal.Signals(e.signum).name} before training began; "
+                    "nothing was trained. Rerun the same command to start or resume",
+                    128 + e.signum) from None
 
 
-def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: float) -> Any:
+def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: float,
+           stop: _Stop) -> Any:
   spe, total = task.steps_per_epoch, task.num_steps
   eval_every = int(config.get("eval_every_steps", 0) or 0)
   per_call = int(config.get("steps_per_call", 0) or 0)
@@ -301,7 +327,7 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
     writer = parallel.metrics_writer(wdir.MetricsWriter, wd, step)
     try:
       state = _loop(config, wd, task, calls, names, mngr, writer, state, step,
-                    eval_every, per_call, t_start)
+                    eval_every, per_call, t_start, stop)
     finally:
       writer.close()
   finally:
@@ -312,40 +338,39 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
 
 
 def _loop(config, wd: Path, task: Task, calls, names, mngr, writer, state, first: int,
-          eval_every: int, per_call: int, t_start: float) -> Any:
+          eval_every: int, per_call: int, t_start: float, stop: _Stop) -> Any:
   spe, total, feed = task.steps_per_epoch, task.num_steps, task.feed
   num_epochs = total // spe if spe else None
   progress = Progress(total, first, task.examples_per_step, spe, num_epochs)
   pending: list[jax.Array] = []
   interval_s, interval_steps = 0.0, 0
   step = first
-  with _Stop() as stop:
-    try:
-      for a, b, evaluate in schedule(first, total, spe, eval_every, per_call):
-        t0 = time.perf_counter()
-        xs = feed.plan(a, b)
-        if task.stepwise:
-          for i in range(b - a):
-            state, m = calls[1](state, feed.data, jax.tree.map(lambda v: v[i], xs))
-            pending.append(m)
-          jax.block_until_ready(state)
-        else:
-          state, m = calls[b - a](state, feed.data, xs)
+  try:
+    for a, b, evaluate in schedule(first, total, spe, eval_every, per_call):
+      if stop.signum is not None:
+        break
+      t0 = time.perf_counter()
+      xs = feed.plan(a, b)
+      if task.stepwise:
+        for i in range(b - a):
+          state, m = calls[1](state, feed.data, jax.tree.map(lambda v: v[i], xs))
           pending.append(m)
-          jax.block_until_ready(m)
-        dt = time.perf_counter() - t0
-        interval_s, interval_steps, step = interval_s + dt, interval_steps + b - a, b
-        progress.advance(step, dt)
-        if evaluate:
-          train = _mean(pending, names, stacked=not task.stepwise)
-          _evaluate_and_save(task, mngr, writer, progress, state, step, train,
-                             interval_s, interval_steps, wd)
-          pending, interval_s, interval_steps = [], 0.0, 0
-        if stop.signum is not None:
-          break
-    finally:
-      progress.close()
-  if stop.signum is not None:
+        jax.block_until_ready(state)
+      else:
+        state, m = calls[b - a](state, feed.data, xs)
+        pending.append(m)
+        jax.block_until_ready(m)
+      dt = time.perf_counter() - t0
+      interval_s, interval_steps, step = interval_s + dt, interval_steps + b - a, b
+      progress.advance(step, dt)
+      if evaluate:
+        train = _mean(pending, names, stacked=not task.stepwise)
+        _evaluate_and_save(task, mngr, writer, progress, state, step, train,
+                           interval_s, interval_steps, wd)
+        pending, interval_s, interval_steps = [], 0.0, 0
+  finally:
+    progress.close()
+  if stop.signum is not None and step < total:
     last = mngr.latest_step()
     name = signal.Signals(stop.signum).name
     raise Stopped(

@@ -110,6 +110,27 @@ def test_zero_epochs_says_nothing_was_trained(tmp_path, capsys):
   assert not (tmp_path / "run" / "metrics.jsonl").exists() or not metrics(tmp_path / "run")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_before_training_stops_at_once_and_writes_nothing(tmp_path, signum):
+  wd, config = tmp_path / "run", toy_config()
+  before = signal.getsignal(signum)
+
+  def setup():  # the signal comes while the data loads
+    signal.raise_signal(signum)
+    return toy_task(config)
+
+  with pytest.raises(loop.Stopped) as e:
+    loop.run(config, str(wd), setup)
+  name = signal.Signals(signum).name
+  assert str(e.value) == (f"stopped by {name} before training began; nothing was trained. "
+                          "Rerun the same command to start or resume")
+  assert e.value.exit_code == 128 + signum
+  assert not (wd / "config.json").exists() and not (wd / "checkpoints").exists()
+  assert signal.getsignal(signum) is before
+  state = run(config, wd)  # the lock was released
+  np.testing.assert_array_equal(params(state), params(run(config, tmp_path / "straight")))
+
+
 def test_eval_every_steps_chunks_and_stepwise_agree(tmp_path):
   # Evaluations at steps 4, 6 (epoch end), 8, 12, ...; a mid-epoch record's
   # epoch is fractional.
