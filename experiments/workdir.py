@@ -67,6 +67,21 @@ def versions() -> dict[str, str]:
   return out
 
 
+def host() -> dict[str, object]:
+  """The CPU and how many of its cores this process may use: XLA's CPU thread
+  pool follows that count, and with another count its sums can round
+  differently (results/reader_trials/README.md)."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      cpu = next((line.split(":", 1)[1].strip() for line in f
+                  if line.startswith("model name")), cpu)
+  except OSError:
+    pass
+  threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  return {"cpu": cpu, "cpu_threads": threads}
+
+
 def os_error(e: OSError, path: Path | str, resume: str = "") -> UserError:
   """An OSError met while writing ``path`` as one line that says what to do."""
   if e.errno in _FULL:
@@ -233,7 +248,7 @@ class RunDir:
 
   def _write_record(self, old_record: dict | None, cfg: dict) -> None:
     now = {"git_commit": git_commit(), "versions": versions(),
-           "devices": [str(d) for d in jax.devices()]}
+           "devices": [str(d) for d in jax.devices()], "host": host()}
     if old_record is None:
       record = {"config": cfg, **now}
     else:

@@ -70,6 +70,29 @@ def test_resume_keeps_the_commit_that_started_the_run(tmp_path, monkeypatch):
   assert [r["git_commit"] for r in record["resumed_with"]] == ["bbb", "ccc"]
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_resume_on_fewer_cores_is_recorded(tmp_path):
+  # XLA's CPU thread count follows the cores a process may use, and sums can
+  # round differently with another count: a resume on other cores is recorded.
+  c = pi_mnist_config.get_config("smoke")
+  cores = os.sched_getaffinity(0)
+  wdir.prepare(str(tmp_path), c)
+  first = json.loads((tmp_path / "config.json").read_text())
+  assert first["host"]["cpu_threads"] == len(cores) and first["host"]["cpu"]
+  try:
+    os.sched_setaffinity(0, {min(cores)})
+    c.num_epochs += 1
+    wdir.prepare(str(tmp_path), c)
+  finally:
+    os.sched_setaffinity(0, cores)
+  record = json.loads((tmp_path / "config.json").read_text())
+  assert record["host"] == first["host"]
+  if len(cores) > 1:
+    assert [r["host"]["cpu_threads"] for r in record["resumed_with"]] == [1]
+  else:
+    assert "resumed_with" not in record
+
+
 def test_resume_refuses_another_config(tiny, tmp_path):
   pi_mnist.train_and_evaluate(tiny, str(tmp_path / "run"))
   tiny.norm = "batch"
