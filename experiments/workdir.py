@@ -70,7 +70,7 @@ def versions() -> dict[str, str]:
 def host() -> dict[str, object]:
   """The CPU and how many of its cores this process may use: XLA's CPU thread
   pool follows that count, and with another count its sums can round
-  differently (results/reader_trials/README.md)."""
+  differently."""
   cpu = platform.processor() or platform.machine()
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
