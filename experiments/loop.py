@@ -322,8 +322,9 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
       print(f"fresh run: {total} steps" + (f" ({num_epochs} epochs)" if spe else ""),
             flush=True)
     else:
-      print(f"resuming from step {step} of {total}"
-            + (f" (epoch {step // spe} of {num_epochs})" if spe else ""), flush=True)
+      where = "" if not spe else (f" (epoch {step // spe} of {num_epochs} done)" if step % spe == 0
+                                  else f" (in epoch {step // spe + 1} of {num_epochs})")
+      print(f"resuming from step {step} of {total}{where}", flush=True)
     writer = parallel.metrics_writer(wdir.MetricsWriter, wd, step)
     try:
       state = _loop(config, wd, task, calls, names, mngr, writer, state, step,

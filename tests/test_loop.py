@@ -9,6 +9,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,7 +91,7 @@ def test_files_resume_and_summary(tmp_path, capsys):
   assert "best train_mse=" in out
 
   resumed = run(toy_config(num_epochs=3), wd)
-  assert "resuming from step 12 of 18 (epoch 2 of 3)" in capsys.readouterr().out
+  assert "resuming from step 12 of 18 (epoch 2 of 3 done)" in capsys.readouterr().out
   straight = run(toy_config(num_epochs=3), tmp_path / "straight")
   assert without_timing(metrics(wd)) == without_timing(metrics(tmp_path / "straight"))
   np.testing.assert_array_equal(params(resumed), params(straight))
@@ -129,6 +130,15 @@ def test_signal_before_training_stops_at_once_and_writes_nothing(tmp_path, signu
   assert signal.getsignal(signum) is before
   state = run(config, wd)  # the lock was released
   np.testing.assert_array_equal(params(state), params(run(config, tmp_path / "straight")))
+
+
+def test_resume_mid_epoch_says_which_epoch(tmp_path, capsys):
+  wd = tmp_path / "run"
+  run(toy_config(num_epochs=1, eval_every_steps=4), wd)  # checkpoints at steps 4 and 6
+  shutil.rmtree(wd / "checkpoints" / "6")
+  capsys.readouterr()
+  run(toy_config(num_epochs=1, eval_every_steps=4), wd)
+  assert "resuming from step 4 of 6 (in epoch 1 of 1)" in capsys.readouterr().out
 
 
 def test_eval_every_steps_chunks_and_stepwise_agree(tmp_path):
