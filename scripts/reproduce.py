@@ -157,8 +157,14 @@ def header(args, records: list[dict], title: str) -> str:
     command += f" --seeds {args.seeds}"
   if args.results_dir is not None:
     command += f" --results_dir {args.results_dir}"
+  # The core count matters: XLA's CPU thread pool follows it, and with another
+  # count some sums round differently (README, "Running experiments").
+  hosts = sorted({f"{h['cpu']}, {h['cpu_threads']} core(s)" for r in records
+                  for h in [r.get("host"), *(x.get("host") for x in r.get("resumed_with", []))]
+                  if h})
   return (f"# {title}\n\nCommand: `{command}`  \nCommit: {', '.join(commits)}  \n"
-          + (f"Resumed or re-read by: {', '.join(resumed)}  \n" if resumed else "") +
+          + (f"Resumed or re-read by: {', '.join(resumed)}  \n" if resumed else "")
+          + (f"Host: {'; '.join(hosts)}  \n" if hosts else "") +
           f"Versions: {json.dumps(records[0]['versions'])}\n\n"
           + (f"Seeds: {args.seeds} per run. A cell reads mean ± standard deviation over the "
              "seeds, or each seed's value in turn (a / b / ...); a figure's band spans the "

@@ -61,7 +61,8 @@ class FakeRun:
     wd = Path(flags["workdir"])
     wd.mkdir(parents=True)
     (wd / "config.json").write_text(json.dumps(
-        {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
+        {"config": config, "git_commit": "abc", "versions": {"jax": "x"},
+         "host": {"cpu": "Fake CPU", "cpu_threads": 1 if seed == 2 else 2}}))
     (wd / "metrics.jsonl").write_text("".join(json.dumps(
         {"step": 10 * e, "epoch": e, "train_nll": 1.0 / (e + seed), "test_error": 0.02 * (seed + 1) / e,
          "epoch_time_s": 1.0 + seed, "examples_per_sec": 100.0 * (seed + 1)}) + "\n"
@@ -93,6 +94,7 @@ def test_seeds_run_in_their_own_workdirs_and_tables_give_mean_and_sd(tmp_path, m
   md = (out / "results.md").read_text()
   assert ("Command: `python scripts/reproduce.py fig6 --preset smoke --seeds 3 --results_dir "
           f"{tmp_path / 'res'}`") in md
+  assert "Host: Fake CPU, 1 core(s); Fake CPU, 2 core(s)  \n" in md  # seed 2 ran on one core
   row = next(l for l in md.splitlines() if l.startswith("| Layer norm, batch 128 |"))
   final = [0.02 * (s + 1) / 2 for s in range(3)]  # epoch 2
   best = final  # each seed's error falls
