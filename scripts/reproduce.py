@@ -288,8 +288,60 @@ def fig6(args) -> None:
                 for (n, b), r in records.items())
   md += TIME_NOTE
   md += _train_nll_table({f"{NORM_NAMES[n]}, batch {b}": r for (n, b), r in records.items()})
+  md += _fig6_claims(records)
   (out_dir(args) / "results.md").write_text(md)
   print(md)
+
+
+def _first_epoch(m: list[dict], key: str, threshold: float) -> float:
+  return next((x["epoch"] for x in m if x[key] <= threshold), math.inf)
+
+
+def _fig6_claims(records: dict) -> str:
+  """The paper's three claims on Figure 6, seed by seed: seed s of one run
+  against seed s of another (the same initialisation key and minibatch
+  order), and in how many seeds each comparison goes one way, so that a
+  verdict can be weighed against the spread between seeds."""
+  ms = lambda norm, batch: [s["metrics"] for s in seeds(records[norm, batch])]
+  pct = lambda x: f"{100 * x:.2f}%"
+  ep = lambda e: "not reached" if e == math.inf else f"{e:g}"
+  n = len(ms("layer", 4))
+  rows = []
+  fin = {b: [m[-1]["test_error"] for m in ms("layer", b)] for b in (4, 128)}
+  overlap = min(fin[4]) <= max(fin[128]) and min(fin[128]) <= max(fin[4])
+  rows.append((
+      "(a) layer norm does about as well at batch 4 as at batch 128",
+      "final test error, batch 4 vs 128",
+      " / ".join(f"{pct(a)} vs {pct(b)}" for a, b in zip(fin[4], fin[128])),
+      f"higher at batch 4 in {sum(a > b for a, b in zip(fin[4], fin[128]))} of {n}; the "
+      f"seeds' ranges {'overlap' if overlap else 'do not overlap'}"))
+  for key, level, what in (("test_error", 0.02, "2% test error"), ("train_nll", 0.1, "training NLL 0.1")):
+    ln, bn = ([_first_epoch(m, key, level) for m in ms(norm, 4)] for norm in ("layer", "batch"))
+    rows.append((
+        "(b) layer norm converges faster than batch norm at batch 4",
+        f"first epoch at {what}, layer vs batch norm",
+        " / ".join(f"{ep(a)} vs {ep(b)}" for a, b in zip(ln, bn)),
+        f"layer norm sooner in {sum(a < b for a, b in zip(ln, bn))} of {n}"))
+  for batch in (4, 128):
+    lower = [sum(a["train_nll"] < b["train_nll"] for a, b in zip(l, base))
+             for l, base in zip(ms("layer", batch), ms("none", batch))]
+    epochs = len(ms("layer", batch)[0])
+    rows.append((
+        f"(c) layer norm trains faster than the baseline, batch {batch}",
+        "epochs in which layer norm's training NLL is the lower",
+        " / ".join(f"{k} of {epochs}" for k in lower),
+        f"lower in most epochs in {sum(2 * k > epochs for k in lower)} of {n}"))
+    ln, base = ([_first_epoch(m, "train_nll", 0.01) for m in ms(norm, batch)]
+                for norm in ("layer", "none"))
+    rows.append((
+        f"(c) layer norm trains faster than the baseline, batch {batch}",
+        "first epoch at training NLL 0.01, layer norm vs baseline",
+        " / ".join(f"{ep(a)} vs {ep(b)}" for a, b in zip(ln, base)),
+        f"layer norm sooner in {sum(a < b for a, b in zip(ln, base))} of {n}"))
+  return ("\nThe paper's claims, seed by seed (seed s of one run against seed s of the other: "
+          "the same initialisation and minibatch order; values in seed order):\n\n"
+          "| claim | measure | per seed | how many seeds |\n|---|---|---|---|\n"
+          + "".join(f"| {' | '.join(r)} |\n" for r in rows))
 
 
 def convnet(args) -> None:

@@ -222,3 +222,31 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
                   "--results_dir", str(tmp_path / "res")])
   md = (tmp_path / "res" / "fig2_cpu" / "results.md").read_text()
   assert "60 epochs, passages <= 300 tokens, entities renumbered at every update, data" in md
+
+
+def test_fig6_claims_compare_each_seed_with_the_same_seed_of_the_other_run():
+  from scripts import reproduce
+  mk = lambda test, nll: [{"epoch": e + 1, "test_error": t, "train_nll": l}
+                          for e, (t, l) in enumerate(zip(test, nll))]
+  flat = [0.5, 0.5, 0.5]
+  records = {
+      ("layer", 4): [mk([0.03, 0.025, 0.019], [0.2, 0.09, 0.05]),
+                     mk([0.03, 0.019, 0.018], [0.2, 0.09, 0.05])],
+      ("layer", 128): [mk([0.025, 0.018, 0.015], [0.1, 0.009, 0.001]),
+                       mk([0.024, 0.02, 0.02], [0.1, 0.009, 0.001])],
+      ("batch", 4): [mk([0.05, 0.04, 0.03], [0.5, 0.3, 0.2]),
+                     mk([0.03, 0.02, 0.01], [0.5, 0.3, 0.2])],
+      ("none", 4): [mk(flat, [0.25, 0.08, 0.04])] * 2,
+      ("none", 128): [mk(flat, [0.2, 0.05, 0.008])] * 2,
+  }
+  md = reproduce._fig6_claims({k: {"seeds": [{"metrics": m} for m in v]}
+                               for k, v in records.items()})
+  rows = [l.strip("| ").split(" | ") for l in md.splitlines() if l.startswith("| (")]
+  assert [r[2:] for r in rows] == [
+      ["1.90% vs 1.50% / 1.80% vs 2.00%", "higher at batch 4 in 1 of 2; the seeds' ranges overlap"],
+      ["3 vs not reached / 2 vs 2", "layer norm sooner in 1 of 2"],   # 2% test error
+      ["2 vs not reached / 2 vs not reached", "layer norm sooner in 2 of 2"],  # NLL 0.1
+      ["1 of 3 / 1 of 3", "lower in most epochs in 0 of 2"],          # batch 4
+      ["not reached vs not reached / not reached vs not reached", "layer norm sooner in 0 of 2"],
+      ["3 of 3 / 3 of 3", "lower in most epochs in 2 of 2"],          # batch 128
+      ["2 vs 3 / 2 vs 3", "layer norm sooner in 2 of 2"]]
