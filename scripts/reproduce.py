@@ -423,6 +423,7 @@ READER_RUNS = {"lstm": ("LSTM", {"norm": "none"}),
                "ln": ("LN-LSTM", {"norm": "layer"}),
                "ln_gain01": ("LN-LSTM, gain init 0.1", {"norm": "layer", "ln_gain_init": 0.1})}
 READER_LEVELS = (0.7, 0.6, 0.5, 0.45, 0.4)
+READER_NLL_LEVELS = (1.3, 1.0, 0.7)
 # The presets' data_dirs, where the README's make_cloze.py commands write the stand-ins.
 READER_STANDINS = sorted({reader_config.get_config(p).data_dir for p in ("paper", "cpu", "smoke")})
 STANDIN_NOTE = ("**Every number here is from the stand-in**, the cloze questions that "
@@ -471,6 +472,14 @@ def fig2(args) -> None:
     md += f"| {READER_RUNS[k][0]} | " + " | ".join(
         next((str(r["step"]) for r in m if r.get("valid_error", 1) <= v), "not reached")
         for v in READER_LEVELS) + " |\n"
+  md += ("\nUpdates to reach a training NLL (the mean since the previous record; every run "
+         "starts on a plateau near 1.45, results/reader_probe/):\n\n| run | "
+         + " | ".join(f"<= {v:g}" for v in READER_NLL_LEVELS) + " |\n|---|"
+         + "---|" * len(READER_NLL_LEVELS) + "\n")
+  for k, m in ms.items():
+    md += f"| {READER_RUNS[k][0]} | " + " | ".join(
+        next((str(r["step"]) for r in m if r.get("train_nll", math.inf) <= v), "not reached")
+        for v in READER_NLL_LEVELS) + " |\n"
   (out_dir(args) / "results.md").write_text(md)
   print(md)
 

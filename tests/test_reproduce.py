@@ -179,7 +179,8 @@ class FakeReaderRun:
         {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
     (wd / "metrics.jsonl").write_text("".join(json.dumps(
         {"step": 100 * i, "epoch": i, "valid_error": 0.9 - (0.2 if fast else 0.1) * i,
-         "test_error": 0.8 - 0.1 * i, "epoch_time_s": 10.0, "examples_per_sec": 640.0}) + "\n"
+         "test_error": 0.8 - 0.1 * i, "train_nll": 1.45 - (0.3 if fast else 0.2) * i,
+         "epoch_time_s": 10.0, "examples_per_sec": 640.0}) + "\n"
         for i in range(1, 5 if fast else 6)))
     self.returncode = 0
 
@@ -216,6 +217,9 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
           "the query, valid 0.0000, test 0.0000.") in md
   assert "| LN-LSTM | 100 | 200 | 200 | 300 | 300 |" in lines
   assert "| LN-LSTM, gain init 0.1 | 200 | 300 | 400 | 500 | 500 |" in lines
+  # Training NLL 1.15, 0.85, ... for LN; 1.25, 1.05, 0.85, 0.65, ... for the others.
+  nll = lines[lines.index(next(l for l in lines if l.startswith("Updates to reach a training"))):]
+  assert "| LN-LSTM | 100 | 200 | 300 |" in nll and "| LSTM | 100 | 300 | 400 |" in nll
   assert (tmp_path / "res" / "fig2_smoke" / "fig2.png").read_bytes().startswith(b"\x89PNG")
   # The cpu preset renumbers entities at every update, and says so.
   reproduce.main(["fig2", "--preset", "cpu", "--runs_dir", str(tmp_path / "runs"),
