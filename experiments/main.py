@@ -17,10 +17,26 @@ import difflib
 import importlib
 import os
 import re
+import signal
 import sys
 import traceback
 from pathlib import Path
 
+
+def _stop_before_training(signum: int, frame) -> None:
+  """SIGINT or SIGTERM before the run loop takes them over (while JAX imports
+  or the flags parse): nothing has been written, so one line and out."""
+  del frame
+  print(f"stopped by {signal.Signals(signum).name} before training began; nothing was "
+        "trained. Rerun the same command to start or resume", file=sys.stderr, flush=True)
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+if __name__ == "__main__":  # not when tests import this module
+  for _s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_s, _stop_before_training)
+
+# pylint: disable=wrong-import-position
 from absl import app, flags, logging
 from ml_collections import config_flags
 

@@ -442,6 +442,31 @@ def test_sigint_stops_at_a_safe_point_and_resumes(tiny_cli, tmp_path):
   assert without_timing(metrics(wd)) == without_timing(metrics(straight))
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_while_jax_imports_is_one_line(tmp_path, signum):
+  # The signal is sent by an import hook the moment experiments.main first
+  # imports jax: after main's own first lines, before the run loop exists.
+  wrapper = f"""
+import importlib.abc, os, runpy, signal, sys
+class Hook(importlib.abc.MetaPathFinder):
+  def find_spec(self, name, path=None, target=None):
+    if name == "jax":
+      sys.meta_path.remove(self)
+      os.kill(os.getpid(), {int(signum)})
+    return None
+sys.meta_path.insert(0, Hook())
+sys.argv = ["experiments.main", "--config=configs/pi_mnist.py:smoke", "--workdir={tmp_path / 'run'}"]
+runpy.run_module("experiments.main", run_name="__main__", alter_sys=True)
+"""
+  r = subprocess.run([sys.executable, "-c", wrapper], cwd=REPO, env=ENV, capture_output=True,
+                     text=True, timeout=300)
+  name = signal.Signals(signum).name
+  assert r.returncode == 128 + signum, r.stderr
+  assert r.stderr.strip() == (f"stopped by {name} before training began; nothing was trained. "
+                              "Rerun the same command to start or resume")
+  assert not (tmp_path / "run").exists()
+
+
 def test_help_lists_fields_presets_and_configs():
   r = run_cli("--config=configs/pi_mnist.py:smoke", "--help")
   assert r.returncode == 0, r.stderr
