@@ -21,7 +21,8 @@ passage_sentences=4 (the paper's setting).
 Command (one run):
   python -m experiments.main --config configs/reader.py:cpu --workdir runs/reader_ln \
       --config.norm=layer
-All five and Figure 2: python scripts/reproduce.py fig2 [--preset cpu]
+All of Figure 2, its five runs and BN with bn_gain_init=1.0:
+  python scripts/reproduce.py fig2 [--preset cpu]
 Presets: ``:paper`` (the authors' setting: 240 units, Adam at 8e-5, batch 64;
 a GPU run), ``:cpu`` (smaller and shorter: the comparison on this CPU),
 ``:smoke`` (a few updates on a few hundred questions, for tests).
@@ -34,7 +35,7 @@ with --config.num_train=640 --config.num_eval=64, compile excluded), on the
          and LN-LSTM 0.21 s/update (training epochs' seconds over updates in
          results/reader_trials/: 13,200 updates in about 45 min); BN-LSTM and
          BN-everywhere about twice the LSTM's (measured on the older stand-in).
-         About 5 core-hours for the five.
+         About 7 core-hours for the six of reproduce.py fig2.
   smoke: 1-2 minutes, most of it compiling.
 Paper's result (Figure 2): LN-LSTM reaches a lower validation error sooner
 than the LSTM and both BN variants; LN with gain 1.0 does much better than

@@ -217,6 +217,7 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
           "the query, valid 0.0000, test 0.0000.") in md
   assert "| LN-LSTM | 100 | 200 | 200 | 300 | 300 |" in lines
   assert "| LN-LSTM, gain init 0.1 | 200 | 300 | 400 | 500 | 500 |" in lines
+  assert "| BN-LSTM, gain init 1.0 | 200 | 300 | 400 | 500 | 500 |" in lines
   # Training NLL 1.15, 0.85, ... for LN; 1.25, 1.05, 0.85, 0.65, ... for the others.
   nll = lines[lines.index(next(l for l in lines if l.startswith("Updates to reach a training"))):]
   assert "| LN-LSTM | 100 | 200 | 300 |" in nll and "| LSTM | 100 | 300 | 400 |" in nll
