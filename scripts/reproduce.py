@@ -475,8 +475,8 @@ def fig2(args) -> None:
     md += f"| {READER_RUNS[k][0]} | " + " | ".join(
         next((str(r["step"]) for r in m if r.get("valid_error", 1) <= v), "not reached")
         for v in READER_LEVELS) + " |\n"
-  md += ("\nUpdates to reach a training NLL (the mean since the previous record; every run "
-         "starts on a plateau near 1.45, results/reader_probe/):\n\n| run | "
+  md += ("\nUpdates to reach a training NLL (the mean since the previous record): when "
+         "each run leaves the plateau it starts on (results/reader_probe/):\n\n| run | "
          + " | ".join(f"<= {v:g}" for v in READER_NLL_LEVELS) + " |\n|---|"
          + "---|" * len(READER_NLL_LEVELS) + "\n")
   for k, m in ms.items():
