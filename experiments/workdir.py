@@ -129,7 +129,7 @@ def append(path: Path, text: str) -> None:
     os.close(fd)
 
 
-def _writable(directory: Path) -> OSError | None:
+def writable(directory: Path) -> OSError | None:
   """Creates and removes a probe file in ``directory``; the error if it can't."""
   try:
     fd, probe = tempfile.mkstemp(prefix=".probe", dir=directory)
@@ -206,7 +206,7 @@ class RunDir:
     if not existing.is_dir():
       raise UserError(f"workdir {wd} is under {existing}, which is a file; give a "
                       "directory path")
-    e = _writable(existing)
+    e = writable(existing)
     if e is not None:
       raise UserError(f"workdir {wd} is not writable ({existing}: "
                       f"{os.strerror(e.errno).lower() if e.errno else e}); use a writable "

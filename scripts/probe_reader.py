@@ -31,10 +31,8 @@ commit and the command. Runtime: 2-4 minutes a run that is not solved in
 from __future__ import annotations
 
 import argparse
-import errno
 import functools
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -149,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
   if a.results_dir:  # before the runs, not after 40 minutes of them
     try:
       a.results_dir.mkdir(parents=True, exist_ok=True)
-      if not os.access(a.results_dir, os.W_OK):
-        raise PermissionError(errno.EACCES, "permission denied")
+      e = wdir.writable(a.results_dir)
+      if e is not None:
+        raise e
     except OSError as e:
       print(f"error: cannot write {a.results_dir}: {e.strerror or e}; choose a writable "
             "--results_dir", file=sys.stderr)
