@@ -115,27 +115,34 @@ def f64(tree):
   return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), tree)
 
 
+# The helpers below draw with numpy, not jax.random: an eager jax op compiles
+# on first use, and the native/xla fixture clears jax's caches before each
+# test, so eager draws cost seconds a test.
+def _normal(shape, dtype, seed):
+  a = np.random.default_rng(seed).standard_normal(shape)
+  return jnp.asarray(a.astype(np.dtype(dtype)))
+
+
 def perturb(params, seed=0):
   """Moves every parameter off its initial value so gains and biases matter."""
   leaves, treedef = jax.tree_util.tree_flatten(params)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  leaves = [l + 0.5 * jax.random.normal(k, l.shape, l.dtype)
-            for l, k in zip(leaves, keys)]
+  leaves = [jnp.asarray((np.asarray(l, np.float64) + 0.5 * np.random.default_rng(
+      [seed, k]).standard_normal(l.shape)).astype(l.dtype))
+            for k, l in enumerate(leaves)]
   return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def random_carry(carry, seed=1):
   """Random floating leaves; integer leaves (norm='batch''s step t) kept."""
   leaves, treedef = jax.tree_util.tree_flatten(carry)
-  keys = jax.random.split(jax.random.key(seed), len(leaves))
-  leaves = [jax.random.normal(k, l.shape, l.dtype)
+  leaves = [_normal(l.shape, l.dtype, [seed, k])
             if jnp.issubdtype(l.dtype, jnp.floating) else l
-            for l, k in zip(leaves, keys)]
+            for k, l in enumerate(leaves)]
   return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def inputs(shape, seed=2):
-  return jax.random.normal(jax.random.key(seed), shape)
+  return _normal(shape, jnp.float32, seed)
 
 
 def batch_leaves(carry):
@@ -150,4 +157,5 @@ def wrap(tree):
 def init_cell(cell, batch=B):
   """Initialises the bare cell (cheaper than tracing a scan)."""
   x = inputs((batch, I))
-  return cell.init(jax.random.key(0), cell.initialize_carry(None, x.shape), x)
+  carry = cell.initialize_carry(None, x.shape)
+  return jax.jit(cell.init)(jax.random.key(0), carry, x)

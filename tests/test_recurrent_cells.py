@@ -97,7 +97,7 @@ def test_lnlstm_carries_raw_cell_and_normalizes_it_only_for_h():
   cell = R.LSTMCell(H, norm='layer')
   x = inputs((B, I))
   carry0 = random_carry(cell.initialize_carry(jax.random.key(0), x.shape))
-  params = perturb(cell.init(jax.random.key(1), carry0, x)['params'])
+  params = perturb(jax.jit(cell.init)(jax.random.key(1), carry0, x)['params'])
   (c, h), y = cell.apply({'params': params}, carry0, x)
   p = f64(params)
   (c_ref, h_ref), _ = np_lstm(p, 'layer', f64(carry0), f64(x))

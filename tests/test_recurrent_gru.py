@@ -19,7 +19,7 @@ def _setup(norm, dtype=jnp.float32):
   nb = len(LENGTHS)
   x = inputs((nb, T, I)).astype(dtype)
   gru = R.GRU(H, norm=norm, return_carry=True, param_dtype=dtype)
-  params = perturb(gru.init(jax.random.key(0), x)['params'])
+  params = perturb(jax.jit(gru.init)(jax.random.key(0), x)['params'])
   h0 = random_carry(jnp.zeros((nb, H), dtype))
   return gru, R.GRUCell(H, norm=norm, param_dtype=dtype), params, x, h0
 
@@ -83,7 +83,7 @@ def test_gru_params_are_the_cells(norm):
 def test_gru_batch_axes_and_carry():
   gru = R.GRU(H, norm='layer', return_carry=True)
   x = inputs((2, 3, T, I))
-  params = perturb(gru.init(jax.random.key(0), x)['params'])
+  params = perturb(jax.jit(gru.init)(jax.random.key(0), x)['params'])
   apply = jax.jit(gru.apply)
   h, y = apply({'params': params}, x)
   assert y.shape == (2, 3, T, H) and h.shape == (2, 3, H)
@@ -134,7 +134,7 @@ def test_gru_context_is_the_cells_scan_over_x_and_context(norm):
   x, mask = inputs((nb, T, I)), length_mask()
   c = inputs((nb, D)) * 2.0
   gru = R.GRU(H, norm=norm, return_carry=True)
-  params = perturb(gru.init(jax.random.key(0), x, context=c)['params'])
+  params = perturb(jax.jit(gru.init)(jax.random.key(0), x, context=c)['params'])
   assert params['kernel_x'].shape == (I + D, 2 * H)
   cell = R.GRUCell(H, norm=norm)
 

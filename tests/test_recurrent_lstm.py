@@ -25,7 +25,7 @@ def _seq_setup(norm, dtype=jnp.float32, seed=0, features=H):
   nb = len(LENGTHS)
   x = inputs((nb, T, I)).astype(dtype)
   lstm = R.LSTM(features, norm=norm, return_carry=True, param_dtype=dtype)
-  params = perturb(lstm.init(jax.random.key(seed), x)['params'], seed)
+  params = perturb(jax.jit(lstm.init)(jax.random.key(seed), x)['params'], seed)
   carry0 = random_carry((jnp.zeros((nb, features), dtype),) * 2)
   mask = length_mask()
   cell = R.LSTMCell(features, norm=norm, param_dtype=dtype)
@@ -134,15 +134,16 @@ def test_lstm_second_order_and_vmap(norm, impl):
     def f(p):
       g = jax.grad(lambda x: jnp.sum(jnp.sin(run(p, x, carry0)[1])))(x)
       return jnp.sum(g * g)
-    return jax.grad(f)
+    return jax.jit(jax.grad(f))
 
   for a, b in zip(jax.tree_util.tree_leaves(grad_norm(ours)(params)),
                   jax.tree_util.tree_leaves(grad_norm(ref)(params))):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(b))))
   xs = jnp.stack([x, 2 * x])
-  y = jax.vmap(lambda x: ours(params, x, carry0)[1])(xs)
+  y = jax.jit(jax.vmap(lambda x: ours(params, x, carry0)[1]))(xs)
+  ref_y = jax.jit(lambda x: ref(params, x, carry0)[1])
   for k in range(2):
-    np.testing.assert_allclose(y[k], ref(params, xs[k], carry0)[1],
+    np.testing.assert_allclose(y[k], ref_y(xs[k]),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -196,7 +197,7 @@ def test_lstm_batch_axes_and_carry():
   """Any number of batch axes; the final carry continues the sequence."""
   lstm = R.LSTM(H, norm='layer', return_carry=True)
   x = inputs((2, 3, T, I))
-  params = perturb(lstm.init(jax.random.key(0), x)['params'])
+  params = perturb(jax.jit(lstm.init)(jax.random.key(0), x)['params'])
   apply = jax.jit(lstm.apply)
   (c, h), y = apply({'params': params}, x)
   assert y.shape == (2, 3, T, H) and c.shape == h.shape == (2, 3, H)
