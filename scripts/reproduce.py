@@ -214,8 +214,26 @@ def fig6_lr(args) -> None:
   print(md)
 
 
+def _first(metrics: list[dict], key: str, threshold: float, at: str = "epoch") -> float:
+  """``at`` (epoch or step) of the first record with ``key`` <= ``threshold``;
+  inf if none (records without ``key`` never count)."""
+  return next((m[at] for m in metrics if m.get(key, math.inf) <= threshold), math.inf)
+
+
+def _reached(x: float) -> str:
+  return "not reached" if x == math.inf else str(x)
+
+
 def _epochs_to(metrics: list[dict], key: str, threshold: float) -> str:
-  return next((str(m["epoch"]) for m in metrics if m[key] <= threshold), "not reached")
+  return _reached(_first(metrics, key, threshold))
+
+
+def _steps_table(ms: dict[str, list[dict]], key: str, levels, fmt: str = "g") -> str:
+  """A row per named run: the first step at which ``key`` <= each level."""
+  return ("| run | " + " | ".join(f"<= {v:{fmt}}" for v in levels) + " |\n|---|"
+          + "---|" * len(levels) + "\n" + "".join(
+              f"| {name} | " + " | ".join(_reached(_first(m, key, v, "step")) for v in levels)
+              + " |\n" for name, m in ms.items()))
 
 
 def _train_time_and_rate(m: list[dict]) -> tuple[float, float]:
@@ -293,10 +311,6 @@ def fig6(args) -> None:
   print(md)
 
 
-def _first_epoch(m: list[dict], key: str, threshold: float) -> float:
-  return next((x["epoch"] for x in m if x[key] <= threshold), math.inf)
-
-
 def _fig6_claims(records: dict) -> str:
   """The paper's three claims on Figure 6, seed by seed: seed s of one run
   against seed s of another (the same initialisation key and minibatch
@@ -304,7 +318,6 @@ def _fig6_claims(records: dict) -> str:
   verdict can be weighed against the spread between seeds."""
   ms = lambda norm, batch: [s["metrics"] for s in seeds(records[norm, batch])]
   pct = lambda x: f"{100 * x:.2f}%"
-  ep = lambda e: "not reached" if e == math.inf else f"{e:g}"
   n = len(ms("layer", 4))
   rows = []
   fin = {b: [m[-1]["test_error"] for m in ms("layer", b)] for b in (4, 128)}
@@ -316,11 +329,11 @@ def _fig6_claims(records: dict) -> str:
       f"higher at batch 4 in {sum(a > b for a, b in zip(fin[4], fin[128]))} of {n}; the "
       f"seeds' ranges {'overlap' if overlap else 'do not overlap'}"))
   for key, level, what in (("test_error", 0.02, "2% test error"), ("train_nll", 0.1, "training NLL 0.1")):
-    ln, bn = ([_first_epoch(m, key, level) for m in ms(norm, 4)] for norm in ("layer", "batch"))
+    ln, bn = ([_first(m, key, level) for m in ms(norm, 4)] for norm in ("layer", "batch"))
     rows.append((
         "(b) layer norm converges faster than batch norm at batch 4",
         f"first epoch at {what}, layer vs batch norm",
-        " / ".join(f"{ep(a)} vs {ep(b)}" for a, b in zip(ln, bn)),
+        " / ".join(f"{_reached(a)} vs {_reached(b)}" for a, b in zip(ln, bn)),
         f"layer norm sooner in {sum(a < b for a, b in zip(ln, bn))} of {n}"))
   for batch in (4, 128):
     lower = [sum(a["train_nll"] < b["train_nll"] for a, b in zip(l, base))
@@ -331,12 +344,12 @@ def _fig6_claims(records: dict) -> str:
         "epochs in which layer norm's training NLL is the lower",
         " / ".join(f"{k} of {epochs}" for k in lower),
         f"lower in most epochs in {sum(2 * k > epochs for k in lower)} of {n}"))
-    ln, base = ([_first_epoch(m, "train_nll", 0.01) for m in ms(norm, batch)]
+    ln, base = ([_first(m, "train_nll", 0.01) for m in ms(norm, batch)]
                 for norm in ("layer", "none"))
     rows.append((
         f"(c) layer norm trains faster than the baseline, batch {batch}",
         "first epoch at training NLL 0.01, layer norm vs baseline",
-        " / ".join(f"{ep(a)} vs {ep(b)}" for a, b in zip(ln, base)),
+        " / ".join(f"{_reached(a)} vs {_reached(b)}" for a, b in zip(ln, base)),
         f"layer norm sooner in {sum(a < b for a, b in zip(ln, base))} of {n}"))
   return ("\nThe paper's claims, seed by seed (seed s of one run against seed s of the other: "
           "the same initialisation and minibatch order; values in seed order):\n\n"
@@ -468,21 +481,12 @@ def fig2(args) -> None:
          f"frequent entity, valid error {base['valid_maxfreq']:.4f}, test "
          f"{base['test_maxfreq']:.4f}; the most frequent not in the query, valid "
          f"{base['valid_exclusive']:.4f}, test {base['test_exclusive']:.4f}.\n")
-  md += "\nUpdates to reach a validation error:\n\n| run | "
-  md += " | ".join(f"<= {v:g}" for v in READER_LEVELS) + " |\n|---|" + "---|" * len(
-      READER_LEVELS) + "\n"
-  for k, m in ms.items():
-    md += f"| {READER_RUNS[k][0]} | " + " | ".join(
-        next((str(r["step"]) for r in m if r.get("valid_error", 1) <= v), "not reached")
-        for v in READER_LEVELS) + " |\n"
+  named = {READER_RUNS[k][0]: m for k, m in ms.items()}
+  md += "\nUpdates to reach a validation error:\n\n" + _steps_table(
+      named, "valid_error", READER_LEVELS)
   md += ("\nUpdates to reach a training NLL (the mean since the previous record): when "
-         "each run leaves the plateau it starts on (results/reader_probe/):\n\n| run | "
-         + " | ".join(f"<= {v:g}" for v in READER_NLL_LEVELS) + " |\n|---|"
-         + "---|" * len(READER_NLL_LEVELS) + "\n")
-  for k, m in ms.items():
-    md += f"| {READER_RUNS[k][0]} | " + " | ".join(
-        next((str(r["step"]) for r in m if r.get("train_nll", math.inf) <= v), "not reached")
-        for v in READER_NLL_LEVELS) + " |\n"
+         "each run leaves the plateau it starts on (results/reader_probe/):\n\n"
+         + _steps_table(named, "train_nll", READER_NLL_LEVELS))
   (out_dir(args) / "results.md").write_text(md)
   print(md)
 
@@ -516,12 +520,8 @@ def fig5(args) -> None:
   base = ms["none"][-1]["valid_nll"]
   top = 100 * math.ceil(base / 100)
   levels = [top + 400, top + 200, top, base]
-  md += "\nUpdates to reach a validation NLL (the last is the baseline's final):\n\n| run | "
-  md += " | ".join(f"<= {v:.1f}" for v in levels) + " |\n|---|" + "---|" * len(levels) + "\n"
-  for n, m in ms.items():
-    md += f"| {HW_NAMES[n]} | " + " | ".join(
-        next((str(r["step"]) for r in m if r["valid_nll"] <= v), "not reached")
-        for v in levels) + " |\n"
+  md += ("\nUpdates to reach a validation NLL (the last is the baseline's final):\n\n"
+         + _steps_table({HW_NAMES[n]: m for n, m in ms.items()}, "valid_nll", levels, ".1f"))
   md += "\nValidation NLL at matched updates:\n\n| step | " + " | ".join(
       HW_NAMES[n] for n in ms) + " |\n|---|" + "---|" * len(ms) + "\n"
   at = [{r["step"]: r["valid_nll"] for r in m} for m in ms.values()]
