@@ -79,6 +79,8 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.attention = 240             # size of the attention's hidden layer m_t
   c.eps = 1e-5                  # LN / BN eps (added to the variance)
   c.eval_batch_size = 256       # evaluation chunk; any size gives the same metrics
+  c.sort_batches = 20           # batches of questions of similar length: sort runs of N shuffled batches by length (ours, for speed); 0 = plain shuffle
+  c.length_buckets = 4          # cut each batch's passages and queries to the shortest of N lengths that holds them (exact; N*N compiled branches); 0 = always the longest
   c.eval_every_steps = 1000     # validation (and test) error every N updates, and each epoch end
   c.steps_per_call = 0          # at most N updates a jitted call; 0 = all to the next evaluation
   if preset == "paper":
@@ -96,6 +98,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
     c.features, c.embed, c.attention = 16, 16, 16
     c.max_passage_tokens, c.num_train, c.num_eval = 250, 400, 200
     c.num_epochs, c.batch_size, c.eval_every_steps = 1, 32, 4
+    c.sort_batches, c.length_buckets = 4, 2
   else:
     raise ValueError(f"unknown preset {preset!r}; choose paper, cpu or smoke")
   return c

@@ -74,13 +74,21 @@ class EpochShuffle:
   """Device-resident data, reshuffled every epoch; the last partial batch is
   dropped. Step ``s`` is in epoch ``s // steps_per_epoch + 1`` (1-based, so 0 is
   free for the init key). Each step gets ``idx`` (its rows) and, if
-  ``step_key`` is given, ``key`` = ``step_key(epoch, step within the epoch)``."""
+  ``step_key`` is given, ``key`` = ``step_key(epoch, step within the epoch)``.
+
+  With ``lengths`` and ``sort_batches`` = G > 1, batches hold examples of
+  similar length, so that a step can cut its padding short: the shuffled
+  examples are taken G batches at a time, each run of G * batch_size sorted
+  by length (stably) and cut into batches, and the epoch's batches are then
+  shuffled again, so that their order carries no length."""
   data: Any
   num_examples: int
   batch_size: int
   shuffle_key: Callable[[jax.Array], jax.Array]
   batch: Callable[[Any, Any], Any]
   step_key: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+  lengths: np.ndarray | None = None  # [num_examples] ints, with sort_batches
+  sort_batches: int = 0
 
   @property
   def steps_per_epoch(self) -> int:
@@ -96,8 +104,15 @@ class EpochShuffle:
   @functools.partial(jax.jit, static_argnums=(0, 2, 3))
   def _plan(self, epoch: jax.Array, first: int, n: int) -> Any:
     spe, b = self.steps_per_epoch, self.batch_size
-    perm = jax.random.permutation(self.shuffle_key(epoch), self.num_examples)
-    idx_SxB = perm[:spe * b].reshape(spe, b)[first:first + n]
+    key = self.shuffle_key(epoch)
+    perm = jax.random.permutation(key, self.num_examples)[:spe * b]
+    if self.sort_batches > 1 and self.lengths is not None:
+      lens = np.asarray(self.lengths, np.int32)
+      run = jnp.arange(spe * b) // (self.sort_batches * b)
+      perm = perm[jnp.argsort(run * (int(lens.max()) + 1) + jnp.asarray(lens)[perm],
+                              stable=True)]
+      perm = perm.reshape(spe, b)[jax.random.permutation(jax.random.fold_in(key, 1), spe)]
+    idx_SxB = perm.reshape(spe, b)[first:first + n]
     out = {"idx": idx_SxB}
     if self.step_key is not None:
       out["key"] = jax.vmap(lambda s: self.step_key(epoch, s))(jnp.arange(first, first + n))

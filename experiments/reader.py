@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +31,8 @@ from lnorm.data import cnn_questions as cq
 
 INPUTS = ("passage", "passage_mask", "query", "query_mask", "candidates")
 EVAL_SPLITS = {"valid": "validation", "test": "test"}
+# Static lengths (passage, query) that a batch's texts are cut to; () = uncut.
+Buckets = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 class TrainState(train_state.TrainState):
@@ -44,7 +46,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for f in ("features", "embed", "attention", "eval_batch_size"):
     check(config[f] >= 1, f"{f}={config[f]} is not valid; it must be at least 1")
   for f in ("num_train", "num_eval", "max_passage_tokens", "passage_sentences",
-            "vocab_size", "min_count"):
+            "vocab_size", "min_count", "sort_batches", "length_buckets"):
     check(config[f] >= 0, f"{f}={config[f]} must be 0 or more")
   check(config.ln_gain_init > 0, f"ln_gain_init={config.ln_gain_init} must be > 0")
   check(config.bn_gain_init > 0, f"bn_gain_init={config.bn_gain_init} must be > 0")
@@ -62,9 +64,10 @@ def _questions(config, split: str, limit: int) -> tuple[list[cq.Question], int]:
 
 
 def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]:
-  """{split: arrays} for train/valid/test, padded to common lengths, and the
-  model's sizes (vocab_size, num_entities) with, for permute_entities, each
-  entity's token id (entity_tokens)."""
+  """{split: arrays} for train/valid/test, padded to common lengths (the
+  evaluation splits ordered by length, so that their chunks can be cut short),
+  and the model's sizes (vocab_size, num_entities, passage_steps, query_steps)
+  with, for permute_entities, each entity's token id (entity_tokens)."""
   qs, dropped = {}, {}
   qs["train"], dropped["train"] = _questions(config, "training", config.num_train)
   for k, split in EVAL_SPLITS.items():
@@ -78,6 +81,8 @@ def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]
   entities = max(cq.num_entities(v) for v in qs.values())
   Tp = max(len(q.passage) for v in qs.values() for q in v)
   Tq = max(len(q.query) for v in qs.values() for q in v)
+  for k in EVAL_SPLITS:  # Metrics are sums over the split: the order is free.
+    qs[k] = sorted(qs[k], key=lambda q: len(q.passage) + len(q.query))
   arrays = {k: cq.to_arrays(v, vocab, entities, Tp, Tq) for k, v in qs.items()}
   print("questions: " + ", ".join(f"{k} {len(v)} ({dropped[k]} dropped)"
                                   for k, v in qs.items())
@@ -87,16 +92,55 @@ def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]
         f"batch_size={config.batch_size} is larger than the {len(qs['train'])} "
         "training questions")
   return arrays, {"vocab_size": len(vocab), "num_entities": entities,
+                  "passage_steps": Tp, "query_steps": Tq,
                   "entity_tokens": cq.entity_tokens(vocab, entities)
                   if config.permute_entities else None}
 
 
-def create_model(config, vocab_size: int, num_entities: int) -> reader.AttentiveReader:
+def create_model(config, vocab_size: int, num_entities: int, passage_steps: int | None = None,
+                 query_steps: int | None = None) -> reader.AttentiveReader:
   return reader.AttentiveReader(
       vocab_size=vocab_size, num_entities=num_entities, features=config.features,
       embed=config.embed, attention=config.attention, norm=config.norm,
       bn_everywhere=config.bn_everywhere, bn_gain_init=config.bn_gain_init,
-      ln_gain_init=config.ln_gain_init, eps=config.eps)
+      ln_gain_init=config.ln_gain_init, eps=config.eps, passage_steps=passage_steps,
+      query_steps=query_steps)
+
+
+def bucket_lengths(T: int, n: int) -> tuple[int, ...]:
+  """The ``n`` lengths up to ``T`` that texts padded to ``T`` are cut to: the
+  i-th is i T / n rounded up to a multiple of 8 (at most T); () for n <= 1."""
+  if n <= 1:
+    return ()
+  return tuple(sorted({min(T, 8 * -(-i * T // (8 * n))) for i in range(1, n + 1)}))
+
+
+def _extent(mask_BxT: jax.Array) -> jax.Array:
+  """One past the last real token of any row."""
+  return jnp.max(jnp.where(mask_BxT, jnp.arange(1, mask_BxT.shape[-1] + 1), 0))
+
+
+def by_length(fn: Callable[[dict], Any], batch: dict[str, jax.Array], buckets: Buckets) -> Any:
+  """``fn(batch)`` with the passages and queries cut to the shortest of
+  ``buckets``' lengths that keep every real token: the LSTMs then scan only
+  as far as the batch's longest text. One ``lax.switch`` branch per pair of
+  lengths (each compiled, one run). Exact: the cut columns are padding, which
+  the model masks; a BN-LSTM's statistics of a step past every text's end
+  are not updated."""
+  if not buckets[0] or not buckets[1]:
+    return fn(batch)
+  lp, lq = buckets
+  ip = jnp.searchsorted(jnp.asarray(lp), _extent(batch["passage_mask"]))
+  iq = jnp.searchsorted(jnp.asarray(lq), _extent(batch["query_mask"]))
+
+  def cut(Tp: int, Tq: int, b: dict[str, jax.Array]) -> Any:
+    b = dict(b)
+    for k, T in (("passage", Tp), ("passage_mask", Tp), ("query", Tq), ("query_mask", Tq)):
+      b[k] = b[k][:, :T]
+    return fn(b)
+
+  branches = [functools.partial(cut, Tp, Tq) for Tp in lp for Tq in lq]
+  return jax.lax.switch(ip * len(lq) + iq, branches, batch)
 
 
 
@@ -131,24 +175,26 @@ def permute_entities(batch: dict[str, jax.Array], key: jax.Array, ent_tok_E: jax
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array],
-               permute: tuple[jax.Array, jax.Array] | None = None
-               ) -> tuple[TrainState, dict[str, jax.Array]]:
+               permute: tuple[jax.Array, jax.Array] | None = None,
+               buckets: Buckets = ((), ())) -> tuple[TrainState, dict[str, jax.Array]]:
   """One Adam step on the mean cross-entropy; BN uses this batch's statistics.
   ``permute``: (key, entity_tokens) to renumber the entities first, with a
-  key folded with the step (so a resumed run draws the same)."""
+  key folded with the step (so a resumed run draws the same). ``buckets``:
+  the lengths the texts may be cut to (:func:`by_length`)."""
   B = batch["answer"].shape[0]
   if permute is not None:
     key, ent_tok_E = permute
     batch = permute_entities(batch, jax.random.fold_in(key, state.step), ent_tok_E)
 
-  def loss_fn(params):
+  def loss_fn(params, b):
     logits, upd = state.apply_fn({"params": params, "batch_stats": state.batch_stats},
-                                 *(batch[k] for k in INPUTS), train=True,
+                                 *(b[k] for k in INPUTS), train=True,
                                  mutable=["batch_stats"])
-    nll, err = reader.loss_and_error(logits, batch["answer"])
+    nll, err = reader.loss_and_error(logits, b["answer"])
     return nll / B, (err / B, upd.get("batch_stats", {}))
 
-  (loss, (err, stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  grad_fn = lambda b: jax.value_and_grad(loss_fn, has_aux=True)(state.params, b)
+  (loss, (err, stats)), grads = by_length(grad_fn, batch, buckets)
   state = state.apply_gradients(grads=grads).replace(batch_stats=stats)
   return state, {"nll": loss, "error": err}
 
@@ -161,26 +207,32 @@ def eval_step(state: TrainState, batch: dict[str, jax.Array], w_B: jax.Array) ->
   return jnp.stack(reader.loss_and_error(logits, batch["answer"], w_B))
 
 
-@functools.partial(jax.jit, static_argnames="chunk")
-def evaluate(state: TrainState, data: dict[str, jax.Array], chunk: int
-             ) -> dict[str, jax.Array]:
+@functools.partial(jax.jit, static_argnames=("chunk", "buckets"))
+def evaluate(state: TrainState, data: dict[str, jax.Array], chunk: int,
+             buckets: Buckets = ((), ())) -> dict[str, jax.Array]:
   """Mean NLL and error over a whole split, in chunks (the last padded with
-  zero-weight questions)."""
+  zero-weight questions), each cut to ``buckets``' lengths."""
   n = data["answer"].shape[0]
   padded = -(-n // chunk) * chunk
   pad = lambda a: jnp.pad(a, ((0, padded - n),) + ((0, 0),) * (a.ndim - 1))
   chunks = {k: pad(v).reshape((-1, chunk) + v.shape[1:]) for k, v in data.items()}
   w = (jnp.arange(padded) < n).astype(jnp.float32).reshape(-1, chunk)
-  sums = jnp.sum(jax.lax.map(lambda b: eval_step(state, b[0], b[1]), (chunks, w)), 0)
+  sums = jnp.sum(jax.lax.map(
+      lambda b: by_length(lambda c: eval_step(state, c, b[1]), b[0], buckets), (chunks, w)), 0)
   return {"nll": sums[0] / n, "error": sums[1] / n}
 
 
-def feed(data: dict[str, jax.Array], train_key: jax.Array, batch_size: int
-         ) -> loop.EpochShuffle:
+def feed(data: dict[str, jax.Array], train_key: jax.Array, batch_size: int,
+         sort_batches: int = 0) -> loop.EpochShuffle:
+  """Shuffled batches; with ``sort_batches`` > 1, of questions of similar
+  length (passage + query tokens), sorted within runs of that many batches."""
+  lengths = (np.asarray(data["passage_mask"]).sum(1) + np.asarray(data["query_mask"]).sum(1)
+             if sort_batches > 1 else None)
   return loop.EpochShuffle(
       data=data, num_examples=int(data["answer"].shape[0]), batch_size=batch_size,
       shuffle_key=lambda epoch: jax.random.fold_in(train_key, epoch),
-      batch=lambda d, xs: jax.tree.map(lambda a: a[xs["idx"]], d))
+      batch=lambda d, xs: jax.tree.map(lambda a: a[xs["idx"]], d),
+      lengths=lengths, sort_batches=sort_batches)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
@@ -191,19 +243,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
     init_key, train_key = jax.random.split(jax.random.key(config.seed))
     ent_tok_E = sizes.pop("entity_tokens")
     model = create_model(config, **sizes)
-    step = train_step
+    buckets = (bucket_lengths(sizes["passage_steps"], config.length_buckets),
+               bucket_lengths(sizes["query_steps"], config.length_buckets))
+    step = functools.partial(train_step, buckets=buckets)
     if ent_tok_E is not None:
       # The shuffles fold in epoch numbers, which never reach this one.
       perm_key = jax.random.fold_in(train_key, np.iinfo(np.uint32).max)
-      step = functools.partial(train_step, permute=(perm_key, jnp.asarray(ent_tok_E)))
+      step = functools.partial(step, permute=(perm_key, jnp.asarray(ent_tok_E)))
     data = {k: {n: jnp.asarray(a) for n, a in v.items()} for k, v in arrays.items()}
-    train = feed(data["train"], train_key, config.batch_size)
+    train = feed(data["train"], train_key, config.batch_size, config.sort_batches)
 
     def evaluate_splits(state: TrainState) -> dict[str, float]:
       out = {}
       for k in EVAL_SPLITS:
         n = int(data[k]["answer"].shape[0])
-        m = evaluate(state, data[k], min(config.eval_batch_size, n))
+        m = evaluate(state, data[k], min(config.eval_batch_size, n), buckets)
         out |= {f"{k}_{name}": float(v) for name, v in m.items()}
       return out
 

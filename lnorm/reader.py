@@ -92,11 +92,13 @@ class Encoder(nn.Module):
   bn_gain_init: float = 0.1
   ln_gain_init: float = 1.0
   eps: float = 1e-5
+  max_steps: int | None = None  # BN's per-step statistics; None: x's length
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, train: bool) -> tuple[Array, Array]:
     if self.norm == "batch":
-      cell = _bn_lstm_cell(self.features, x.shape[-2], train, self.bn_gain_init, self.eps)
+      cell = _bn_lstm_cell(self.features, self.max_steps or x.shape[-2], train,
+                           self.bn_gain_init, self.eps)
       carry, y = recurrent.Recurrent(cell, name="lstm")(x, mask)
       return y, carry[1]
     (_, h), y = recurrent.LSTM(self.features, norm=self.norm, eps=self.eps,
@@ -117,6 +119,10 @@ class AttentiveReader(nn.Module):
   bn_gain_init: float = 0.1
   ln_gain_init: float = 1.0  # where the LSTMs' LN gains start (norm='layer')
   eps: float = 1e-5
+  # Time steps with BN statistics of their own (norm='batch'); None: the
+  # input's length. Fixed, so that batches cut shorter share the variables.
+  passage_steps: int | None = None
+  query_steps: int | None = None
 
   @nn.compact
   def __call__(self, passage: Array, passage_mask: Array, query: Array, query_mask: Array,
@@ -127,10 +133,10 @@ class AttentiveReader(nn.Module):
     emb = nn.Embed(self.vocab_size, self.embed, name="embed")
     x_d = emb(passage) * passage_mask[..., None].astype(jnp.float32)
     x_q = emb(query) * query_mask[..., None].astype(jnp.float32)
-    enc = lambda name: Encoder(self.features, self.norm, self.bn_gain_init,
-                               self.ln_gain_init, self.eps, name=name)
-    y_BxTxH, _ = enc("passage")(x_d, passage_mask, train)
-    _, u_BxH = enc("query")(x_q, query_mask, train)
+    enc = lambda name, steps: Encoder(self.features, self.norm, self.bn_gain_init,
+                                      self.ln_gain_init, self.eps, steps, name=name)
+    y_BxTxH, _ = enc("passage", self.passage_steps)(x_d, passage_mask, train)
+    _, u_BxH = enc("query", self.query_steps)(x_q, query_mask, train)
 
     def term(name: str, v: Array, features: int, mask: Array | None = None,
              bias: bool = False) -> Array:
