@@ -57,11 +57,16 @@ def run_all(args, config: str, runs: dict, keep=()) -> dict:
   into the results folder and returns the records by key: the first seed's,
   with every seed's record (itself first) under ``seeds``. With one job a
   run's progress goes to the terminal; with more, each run writes it to
-  ``<name>.log`` beside its workdir."""
+  ``<name>.log`` beside its workdir. A workdir that holds a finished record
+  of the same config is not run again (:func:`finished`)."""
   seeds = _seed_names(args, config)
   runs = {key: [(name + suffix, {**overrides, **seed})
                 for suffix, seed in seeds] for key, (name, overrides) in runs.items()}
   pending, active, failed = [r for rs in runs.values() for r in rs], [], []
+  for name, overrides in list(pending):
+    if finished(_workdir(args, name), config, args.preset, overrides):
+      print(f"finished: {name} (its record is complete; not run again)", flush=True)
+      pending.remove((name, overrides))
   while active or (pending and not failed):
     while pending and not failed and len(active) < args.jobs:
       name, overrides = pending.pop(0)
@@ -97,15 +102,40 @@ def run_all(args, config: str, runs: dict, keep=()) -> dict:
   return records
 
 
+def finished(wd: Path, config: str, preset: str, overrides: dict) -> bool:
+  """Whether ``wd`` holds a whole run of ``config:preset`` with ``overrides``:
+  a config.json of that very config (the data path aside) and metrics up to
+  its last epoch. Such a record needs no checkpoint: the config.json and
+  metrics.jsonl that results/ keeps, copied back into a runs folder on another
+  machine, count as done."""
+  try:
+    recorded = json.loads((wd / "config.json").read_text())["config"]
+    last = json.loads((wd / "metrics.jsonl").read_text().splitlines()[-1])
+  except (OSError, ValueError, KeyError, IndexError, TypeError):
+    return False
+  want = _config_module(config).get_config(preset)
+  for k, v in overrides.items():
+    want[k] = v
+  want = json.loads(json.dumps(want.to_dict()))  # tuples as JSON lists
+  if "num_epochs" not in want or not isinstance(recorded, dict):
+    return False
+  strip = lambda c: {k: v for k, v in c.items() if k != "data_dir"}
+  return strip(recorded) == strip(want) and last.get("epoch") == want["num_epochs"]
+
+
+def _config_module(config: str):
+  spec = importlib.util.spec_from_file_location("_config", REPO / config)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def _seed_names(args, config: str) -> list[tuple[str, dict]]:
   """(workdir suffix, overrides) per seed: the config's own seed first, in the
   workdir a one-seed run uses, so that adding seeds keeps the runs made."""
   if args.seeds == 1:
     return [("", {})]
-  spec = importlib.util.spec_from_file_location("_config", REPO / config)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  base = module.get_config(args.preset).seed
+  base = _config_module(config).get_config(args.preset).seed
   return [("", {})] + [(f"_seed{s}", {"seed": s}) for s in range(base + 1, base + args.seeds)]
 
 

@@ -47,10 +47,20 @@ def test_train_nll_table_reads_the_epochs_and_the_first_crossings():
   assert reproduce._epochs_to(records["run a"]["metrics"], "train_nll", 1e-4) == "not reached"  # pylint: disable=protected-access
 
 
+_REAL_POPEN = subprocess.Popen
+
+
 class FakeRun:
   """Stands in for ``experiments.main``: writes a run's config.json and
   metrics.jsonl (test error 0.02 * (seed + 1) / epoch) into its workdir."""
   commands: list[list[str]] = []
+
+  def __new__(cls, cmd, **kw):
+    # Other programs run for real: matplotlib lists the fonts with fc-list
+    # the first time it draws on a machine (no font cache yet).
+    if "experiments.main" not in cmd:
+      return _REAL_POPEN(cmd, **kw)
+    return super().__new__(cls)
 
   def __init__(self, cmd, **_):
     FakeRun.commands.append(cmd)
@@ -255,3 +265,45 @@ def test_fig6_claims_compare_each_seed_with_the_same_seed_of_the_other_run():
       ["not reached vs not reached / not reached vs not reached", "layer norm sooner in 0 of 2"],
       ["3 of 3 / 3 of 3", "lower in most epochs in 2 of 2"],          # batch 128
       ["2 vs 3 / 2 vs 3", "layer norm sooner in 2 of 2"]]
+
+
+def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
+  """config.json and metrics.jsonl of a finished run (what results/ keeps),
+  copied into a fresh runs folder, count as done; anything else runs."""
+  from configs import pi_mnist
+  from scripts import reproduce
+  c = pi_mnist.get_config("smoke")
+  c.norm, c.batch_size, c.learning_rate = "layer", 128, 3e-4
+  record = {"config": {**json.loads(json.dumps(c.to_dict())), "data_dir": "/elsewhere"},
+            "git_commit": "def", "versions": {"jax": "x"},
+            "host": {"cpu": "Other CPU", "cpu_threads": 2}}
+  wd = tmp_path / "runs" / "fig6" / "smoke" / "layer_b128"
+  wd.mkdir(parents=True)
+  (wd / "config.json").write_text(json.dumps(record))
+  (wd / "metrics.jsonl").write_text("".join(json.dumps(
+      {"step": 10 * e, "epoch": e, "train_nll": 0.5 / e, "test_error": 0.01,
+       "epoch_time_s": 1.0, "examples_per_sec": 50.0}) + "\n" for e in range(1, c.num_epochs + 1)))
+  args = ("configs/pi_mnist.py", "smoke", {"norm": "layer", "batch_size": 128,
+                                           "learning_rate": 3e-4})
+  assert reproduce.finished(wd, *args)
+  # Another config, preset or seed is another run; so is one cut short.
+  assert not reproduce.finished(wd, *args[:2], {**args[2], "learning_rate": 1e-3})
+  assert not reproduce.finished(wd, "configs/pi_mnist.py", "cpu", args[2])
+  assert not reproduce.finished(wd, *args[:2], {**args[2], "seed": 1})
+  assert not reproduce.finished(tmp_path / "nothing", *args)
+  FakeRun.commands = []
+  monkeypatch.setattr(reproduce.subprocess, "Popen", FakeRun)
+  reproduce.main(["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
+                  "--results_dir", str(tmp_path / "res")])
+  launched = [next(a for a in cmd if a.startswith("--workdir=")).rsplit("/", 1)[-1]
+              for cmd in FakeRun.commands]
+  assert len(launched) == 5 and "layer_b128" not in launched
+  out = tmp_path / "res" / "fig6_smoke"
+  assert json.loads((out / "layer_b128" / "config.json").read_text())["git_commit"] == "def"
+  row = next(l for l in (out / "results.md").read_text().splitlines()
+             if l.startswith("| Layer norm, batch 128 |"))
+  assert row.split(" | ")[1] == "0.0100"
+  # A record whose last line is cut short (a full disk) is not finished.
+  text = (wd / "metrics.jsonl").read_text()
+  (wd / "metrics.jsonl").write_text(text[:-20])
+  assert not reproduce.finished(wd, *args)
