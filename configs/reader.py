@@ -31,11 +31,13 @@ with --config.num_train=640 --config.num_eval=64, compile excluded), on the
 2-core CPU while other jobs loaded it; few updates each, so rough:
   paper: LN-LSTM 11 s/update (passages up to 800 tokens). A GPU run; not
          measured on one.
-  cpu:   60 epochs of ~220 updates. On one core, the other busy: LSTM 0.20
-         and LN-LSTM 0.21 s/update (training epochs' seconds over updates in
-         results/reader_trials/: 13,200 updates in about 45 min); BN-LSTM and
-         BN-everywhere about twice the LSTM's (measured on the older stand-in).
-         About 7 core-hours for the six of reproduce.py fig2.
+  cpu:   60 epochs of 220 updates. Batches of similar length, cut short
+         (sort_batches, length_buckets) take about half the time of padded
+         ones (BENCHMARKS.md, "The attentive reader"): LSTM 0.12 and LN-LSTM
+         0.14 s/update beside other jobs (13,200 updates in 25-30 min);
+         BN-LSTM and BN-everywhere about twice that. Padded, as before
+         6c082f8: 0.20-0.27 s/update, about 7 core-hours for the six runs of
+         reproduce.py fig2.
   smoke: 1-2 minutes, most of it compiling.
 Paper's result (Figure 2): LN-LSTM reaches a lower validation error sooner
 than the LSTM and both BN variants; LN with gain 1.0 does much better than
@@ -48,7 +50,8 @@ word-count baselines on held-out ones (best valid error 0.80-0.86 against
 dependent attention forms only after a plateau that grows fast with the number
 of cues. The present cpu preset renumbers entities at every update, so that
 answers cannot be memorised by number, and trains long enough for an LSTM and
-an LN-LSTM to leave the plateau (results/reader_trials/).
+an LN-LSTM to leave the plateau (results/reader_trials/, which ran with
+padded batches, before sort_batches).
 """
 
 import ml_collections
