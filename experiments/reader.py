@@ -235,21 +235,28 @@ def feed(data: dict[str, jax.Array], train_key: jax.Array, batch_size: int,
       lengths=lengths, sort_batches=sort_batches)
 
 
+def make_train_step(config: ml_collections.ConfigDict, sizes: dict[str, Any],
+                    train_key: jax.Array) -> tuple[Callable, Buckets]:
+  """The run's ``train_step`` (length buckets, entity renumbering bound) and its
+  buckets, from ``load_data``'s sizes."""
+  buckets = (bucket_lengths(sizes["passage_steps"], config.length_buckets),
+             bucket_lengths(sizes["query_steps"], config.length_buckets))
+  step = functools.partial(train_step, buckets=buckets)
+  if sizes.get("entity_tokens") is not None:
+    # The shuffles fold in epoch numbers, which never reach this one.
+    perm_key = jax.random.fold_in(train_key, np.iinfo(np.uint32).max)
+    step = functools.partial(step, permute=(perm_key, jnp.asarray(sizes["entity_tokens"])))
+  return step, buckets
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
   validate(config)
 
   def setup() -> loop.Task:
     arrays, sizes = load_data(config)
     init_key, train_key = jax.random.split(jax.random.key(config.seed))
-    ent_tok_E = sizes.pop("entity_tokens")
-    model = create_model(config, **sizes)
-    buckets = (bucket_lengths(sizes["passage_steps"], config.length_buckets),
-               bucket_lengths(sizes["query_steps"], config.length_buckets))
-    step = functools.partial(train_step, buckets=buckets)
-    if ent_tok_E is not None:
-      # The shuffles fold in epoch numbers, which never reach this one.
-      perm_key = jax.random.fold_in(train_key, np.iinfo(np.uint32).max)
-      step = functools.partial(step, permute=(perm_key, jnp.asarray(ent_tok_E)))
+    model = create_model(config, **{k: v for k, v in sizes.items() if k != "entity_tokens"})
+    step, buckets = make_train_step(config, sizes, train_key)
     data = {k: {n: jnp.asarray(a) for n, a in v.items()} for k, v in arrays.items()}
     train = feed(data["train"], train_key, config.batch_size, config.sort_batches)
 

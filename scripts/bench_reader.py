@@ -23,7 +23,6 @@ ratio one would expect if the scans' steps were all the cost.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 
 import jax
@@ -39,16 +38,12 @@ from scripts import bench_timing
 def make_epoch(config, arrays, sizes, steps: int, sort_batches: int, length_buckets: int):
   """A callable running ``steps`` updates of epoch 1 as the loop runs them,
   and the mean scanned length (passage + query) of those updates."""
-  ent_tok_E = sizes["entity_tokens"]
+  config = config.copy_and_resolve_references()
+  config.sort_batches, config.length_buckets = sort_batches, length_buckets
   model = exp.create_model(config, sizes["vocab_size"], sizes["num_entities"],
                            sizes["passage_steps"], sizes["query_steps"])
   init_key, train_key = jax.random.split(jax.random.key(config.seed))
-  buckets = (exp.bucket_lengths(sizes["passage_steps"], length_buckets),
-             exp.bucket_lengths(sizes["query_steps"], length_buckets))
-  step = functools.partial(exp.train_step, buckets=buckets)
-  if ent_tok_E is not None:
-    perm_key = jax.random.fold_in(train_key, np.iinfo(np.uint32).max)
-    step = functools.partial(step, permute=(perm_key, jax.numpy.asarray(ent_tok_E)))
+  step, buckets = exp.make_train_step(config, sizes, train_key)
   data = {k: jax.numpy.asarray(v) for k, v in arrays["train"].items()}
   feed = exp.feed(data, train_key, config.batch_size, sort_batches)
   xs = feed.plan(0, steps)
