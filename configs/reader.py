@@ -51,7 +51,7 @@ dependent attention forms only after a plateau that grows fast with the number
 of cues. The present cpu preset renumbers entities at every update, so that
 answers cannot be memorised by number, and trains long enough for an LSTM and
 an LN-LSTM to leave the plateau (results/reader_trials/, which ran with
-padded batches, before sort_batches). With it (results/fig2_cpu/, at
+padded batches, before sort_batches). With it (results/fig2_cpu/, stand-in data, at
 9d635a0, one seed each): every variant's best validation error lies within
 0.644-0.653, none beats the word-count baseline (0.606); LN-LSTM leaves the
 plateau last (training NLL <= 1.3 at update 7,000, the LSTM at 2,400); BN from

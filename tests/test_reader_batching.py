@@ -100,7 +100,7 @@ def test_cut_evaluation_equals_full(norm, everywhere):
   state, _ = jax.jit(exp.train_step)(state, _batch([5, 9, 17, 8, 1, 7], [4, 9, 3, 1, 4, 2]))
   data = _batch([2, 3, 3, 5, 9, 11, 20, 24, 4], [1, 2, 2, 3, 8, 5, 16, 9, 12], seed=3)
   buckets = (exp.bucket_lengths(TP, 3), exp.bucket_lengths(TQ, 2))
-  for chunk in (4, 9):  # 9 = 4 + 4 + a padded 1
+  for chunk in (4, 9):  # the 9 examples in chunks of 4 (the last one padded), and whole
     full = exp.evaluate(state, data, chunk)
     cut = exp.evaluate(state, data, chunk, buckets)
     for k in full:
