@@ -11,15 +11,17 @@ Command (paper setting, one run):
       --config configs/pi_mnist.py --workdir runs/pi_mnist_ln --config.norm=layer
 Presets: ``:paper`` (default; 60 epochs), ``:cpu`` (10 epochs), ``:smoke``
 (one short epoch of a small MLP on 2,000 images, for tests and CI).
-Runtime on the 2-core CPU, idle (one epoch of training; evaluation adds ~1 s):
-4.6-5.2 s at batch 128 (~11,000 images/s) and 27-32 s at batch 4 (~1,900
-images/s), so ~6 min (batch 128) and ~30 min (batch 4) for the 60 epochs of
-a paper run; a loaded machine is 2-4x slower. One GPU: not measured.
+Runtime on the 2-core CPU, idle (one epoch of training; evaluation adds ~1 s;
+BENCHMARKS.md): 3.5-5.0 s at batch 128 and 28-42 s at batch 4 (batch norm the
+slowest), so ~5 min (batch 128) and 30-40 min (batch 4) for the 60 epochs of a
+paper run; pinned to one core beside another run, 47-58 min at batch 4. One
+GPU: not measured.
 Paper's result (Figure 6, read off the plot): test error ~1.5-2% for layer
 norm and batch norm at batch size 128; at batch size 4 layer norm stays near
 its batch-128 curve while batch norm degrades. Ours (`python scripts/reproduce.py
-fig6`, results/fig6/results.md, one seed): final test error 1.46% / 1.33% /
-1.42% (none / layer / batch) at batch 128, 1.70% / 1.95% / 1.92% at batch 4.
+fig6 --seeds 3`, results/fig6/results.md, mean of seeds 0-2): final test error
+1.52% / 1.44% / 1.29% (none / layer / batch) at batch 128, 1.65% / 1.96% /
+2.22% at batch 4.
 """
 
 import ml_collections
