@@ -51,7 +51,7 @@ import numpy as np
 from experiments import parallel
 from experiments import workdir as wdir
 from experiments.errors import NonFiniteLossError, UserError
-from experiments.progress import Progress, duration
+from experiments.progress import Progress, duration, epochs, epochs_touched
 
 Metrics = Mapping[str, jax.Array]
 
@@ -284,10 +284,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, setup: Callable[[], Tas
     try:
       with parallel.run_dir(workdir, config, wdir.RunDir) as rd:
         data_dir = _resolve_data_dir(config)
-        devices = ", ".join(f"{d.platform}:{d.id}" for d in jax.devices())
-        print(f"{config.experiment}: workdir {rd.path}"
-              + (f" | data {data_dir}" if data_dir is not None else "")
-              + f" | devices {devices}", flush=True)
+        wdir.announce(config, rd.path, data_dir)
         task = parallel.distribute(setup(), mesh, config.get("batch_size", 0))
         # From here on the workdir is written: a signal waits for a safe point.
         stop.defer()
@@ -332,9 +329,9 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
   mngr = wdir.checkpoint_manager(wd)
   try:
     state, step = wdir.restore_latest(mngr, task.state)
-    num_epochs = total // spe if spe else None
+    num_epochs = epochs_touched(total, spe)
     if step == 0:
-      print(f"fresh run: {total} steps" + (f" ({num_epochs} epochs)" if spe else ""),
+      print(f"fresh run: {total} steps" + (f" ({epochs(total, spe)})" if spe else ""),
             flush=True)
     else:
       where = "" if not spe else (f" (epoch {step // spe} of {num_epochs} done)" if step % spe == 0
@@ -356,8 +353,7 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
 def _loop(config, wd: Path, task: Task, calls, names, mngr, writer, state, first: int,
           eval_every: int, per_call: int, t_start: float, stop: _Stop) -> Any:
   spe, total, feed = task.steps_per_epoch, task.num_steps, task.feed
-  num_epochs = total // spe if spe else None
-  progress = Progress(total, first, task.examples_per_step, spe, num_epochs)
+  progress = Progress(total, first, task.examples_per_step, spe, epochs_touched(total, spe))
   pending: list[jax.Array] = []
   interval_s, interval_steps = 0.0, 0
   step = first

@@ -13,6 +13,20 @@ import time
 from tqdm import tqdm
 
 
+def epochs(steps: int, steps_per_epoch: int) -> str:
+  """``steps`` in epochs, for people: "1 epoch", "3 epochs", "0.25 of an epoch"."""
+  if steps % steps_per_epoch:
+    n = steps / steps_per_epoch
+    return f"{n:.3g} of an epoch" if n < 1 else f"{n:.3g} epochs"
+  n = steps // steps_per_epoch
+  return f"{n} epoch" + ("" if n == 1 else "s")
+
+
+def epochs_touched(steps: int, steps_per_epoch: int | None) -> int | None:
+  """The epochs a run of ``steps`` touches: a last partial one counts."""
+  return -(-steps // steps_per_epoch) if steps_per_epoch else None
+
+
 def duration(s: float) -> str:
   if s == float("inf"):
     return "?"

@@ -388,8 +388,18 @@ def save(mngr: ocp.CheckpointManager, step: int, state: Any) -> None:
                    ) from None
 
 
+def announce(config: ml_collections.ConfigDict, path: Path, data_dir: str | None = None
+             ) -> None:
+  """A run's first line: what runs, where it writes, what it reads, on what."""
+  devices = ", ".join(f"{d.platform}:{d.id}" for d in jax.devices())
+  print(f"{config.get('experiment', '?')}: workdir {path}"
+        + (f" | data {data_dir}" if data_dir is not None else "")
+        + f" | devices {devices}", flush=True)
+
+
 @contextlib.contextmanager
 def opened(workdir: str, config: ml_collections.ConfigDict) -> Iterator[Path]:
   """For a one-shot experiment (no training): the created workdir, locked."""
   with RunDir(workdir, config) as rd:
+    announce(config, rd.path)
     yield rd.create()

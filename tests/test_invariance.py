@@ -115,7 +115,7 @@ def test_output_states_scale_and_eps(config, changes):
   assert "(eps=1e-09), the same as the paper's: Batch norm yes, Weight norm yes, Layer norm yes" in md
 
 
-def test_the_workdir_is_locked_while_it_measures(config, tmp_path, monkeypatch):
+def test_the_workdir_is_locked_while_it_measures(config, tmp_path, monkeypatch, capsys):
   import fcntl  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   from experiments.workdir import UserError  # pylint: disable=g-import-not-at-top
@@ -135,6 +135,8 @@ def test_the_workdir_is_locked_while_it_measures(config, tmp_path, monkeypatch):
   monkeypatch.setattr(inv, "measure", measure_and_try_the_lock)
   inv.train_and_evaluate(config, str(tmp_path))
   assert held and all(held)
+  # Like every run, it says first what it runs and where it writes.
+  assert capsys.readouterr().out.startswith(f"invariance: workdir {tmp_path} | devices cpu:0")
   fd = os.open(tmp_path / "lock", os.O_RDWR)  # and a run that finds it held is refused
   fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   try:

@@ -36,7 +36,7 @@ N, D, B = 48, 5, 8  # 6 steps an epoch
 def toy_config(**overrides) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict(dict(
       experiment="toy", seed=0, batch_size=B, num_epochs=3, learning_rate=0.1,
-      eval_every_steps=0, steps_per_call=0, nan_from=-1))
+      eval_every_steps=0, steps_per_call=0, nan_from=-1, num_steps=0))
   c.update(overrides)
   return c
 
@@ -64,7 +64,7 @@ def toy_task(config, stepwise: bool = False) -> loop.Task:
   return loop.Task(
       state=state, train_step=train_step, feed=feed,
       evaluate=lambda s: {"valid_mse": float(jnp.mean((x @ s.params["w"] - y) ** 2))},
-      num_steps=config.num_epochs * feed.steps_per_epoch,
+      num_steps=config.num_steps or config.num_epochs * feed.steps_per_epoch,
       steps_per_epoch=feed.steps_per_epoch, examples_per_step=B, stepwise=stepwise,
       show=("train_mse", "valid_mse"))
 
@@ -102,6 +102,20 @@ def test_files_resume_and_summary(tmp_path, capsys):
   assert "nothing was trained: the run is already at step 18 of 18" in \
       capsys.readouterr().out
   assert len(metrics(wd)) == 3
+
+
+def test_epoch_counts_read_as_english(tmp_path, capsys):
+  # One epoch is singular; a run shorter than an epoch is in epoch 1 of 1, not 1/0.
+  run(toy_config(num_epochs=1), tmp_path / "one")
+  out = capsys.readouterr().out
+  assert "fresh run: 6 steps (1 epoch)" in out and "epoch 1/1 step 6/6" in out
+  run(toy_config(num_steps=3), tmp_path / "part")
+  out = capsys.readouterr().out
+  assert "fresh run: 3 steps (0.5 of an epoch)" in out and "epoch 1/1 step 3/3" in out
+  run(toy_config(num_steps=9), tmp_path / "more")
+  out = capsys.readouterr().out
+  assert "fresh run: 9 steps (1.5 epochs)" in out and "epoch 2/2 step 9/9" in out
+  assert "/0 " not in out
 
 
 def test_zero_epochs_says_nothing_was_trained(tmp_path, capsys):
@@ -471,9 +485,17 @@ def test_help_lists_fields_presets_and_configs():
   r = run_cli("--config=configs/pi_mnist.py:smoke", "--help")
   assert r.returncode == 0, r.stderr
   assert "norm = 'layer'" in r.stdout and "none | layer | batch | weight | rms" in r.stdout
-  assert "num_epochs = 2" in r.stdout  # the smoke preset's value
+  # The smoke preset's value, with the default's that the comment describes.
+  line = next(l for l in r.stdout.splitlines() if "num_epochs = " in l)
+  assert "num_epochs = 2 " in line and "[paper: 60] the paper's Figure 6 spans 60 epochs" in line
+  assert "[paper:" not in next(l for l in r.stdout.splitlines() if "norm = " in l)
   assert "presets: paper, cpu, smoke" in r.stdout
   assert "configs/draw.py" in r.stdout and "configs/convnet.py" in r.stdout
+  paper = run_cli("--config=configs/pi_mnist.py", "--help")
+  assert "[paper:" not in paper.stdout and "num_epochs = 60 " in paper.stdout
+  # A preset's own comment wins over the default's where it gives one.
+  cpu = run_cli("--config=configs/reader.py:cpu", "--help").stdout
+  assert "[paper: 8e-05] ours for the shorter run" in cpu
   bare = run_cli("--help")
   assert bare.returncode == 0 and "configs/pi_mnist.py" in bare.stdout
 
