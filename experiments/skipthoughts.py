@@ -44,7 +44,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(config.eval_folds >= 2, f"eval_folds={config.eval_folds} must be at least 2")
   check(config.eval_inner_folds == 0 or config.eval_inner_folds >= 2,
         f"eval_inner_folds={config.eval_inner_folds} must be 0 (C = 1) or at least 2")
-  check(config.eval_max_examples >= 0, "eval_max_examples must be 0 (all) or more")
+  least = senteval.min_examples(config.eval_folds, config.eval_inner_folds)
+  check(config.eval_max_examples == 0 or config.eval_max_examples >= least,
+        f"eval_max_examples={config.eval_max_examples} is too few for {config.eval_folds} "
+        f"folds{f' and {config.eval_inner_folds} inner folds' if config.eval_inner_folds else ''}"
+        f": give 0 (all) or at least {least}")
 
 
 def tasks(config) -> tuple[str, ...]:
@@ -138,8 +142,10 @@ def heldout_nll(model: SkipThoughts, params: Any, triples: books.Triples, n: int
 
 
 def evaluate(model: SkipThoughts, params: Any, vocab: books.Vocab, config,
-             corpus: books.Corpus | None = None) -> dict[str, float]:
-  """Held-out NLL (if ``corpus``) and the SentEval metrics of ``config.eval_tasks``."""
+             corpus: books.Corpus | None = None, senteval_data: Any = None
+             ) -> dict[str, float]:
+  """Held-out NLL (if ``corpus``) and the SentEval metrics of ``config.eval_tasks``
+  (on ``senteval_data``, what ``senteval.load`` read, or the files)."""
   out = {}
   if corpus is not None and len(corpus.heldout):
     out["heldout_nll"] = heldout_nll(model, params, corpus.heldout, config.num_heldout,
@@ -150,7 +156,8 @@ def evaluate(model: SkipThoughts, params: Any, vocab: books.Vocab, config,
     inner = config.eval_inner_folds
     out |= senteval.evaluate(encode, tasks(config), config.data_dir, n_folds=config.eval_folds,
                              inner_folds=max(inner, 2), Cs=senteval.CS if inner else (1.0,),
-                             max_examples=config.eval_max_examples, seed=config.seed + 1111)
+                             max_examples=config.eval_max_examples, seed=config.seed + 1111,
+                             loaded=senteval_data)
   return out
 
 
@@ -163,13 +170,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
 
   def setup() -> loop.Task:
     corpus = load_corpus(config)
+    # Every SentEval file is read now: a wrong data_dir fails before training.
+    senteval_data = senteval.load(tasks(config), config.data_dir)
     keys = _keys(config.seed)
     model = create_model(config, len(corpus.vocab))
     train = feed(corpus.train, keys["train"], config.batch_size)
     return loop.Task(
         state=create_train_state(config, len(corpus.vocab), keys["init"]),
         train_step=functools.partial(train_step, model), feed=train,
-        evaluate=lambda state: evaluate(model, state.params, corpus.vocab, config, corpus),
+        evaluate=lambda state: evaluate(model, state.params, corpus.vocab, config, corpus,
+                                        senteval_data),
         num_steps=config.num_epochs * train.steps_per_epoch,
         steps_per_epoch=train.steps_per_epoch, examples_per_step=config.batch_size,
         show=("train_nll", "heldout_nll") + (("SICK_r",) if "SICK" in tasks(config) else ())

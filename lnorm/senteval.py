@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -117,6 +117,13 @@ def classification_cv(X: np.ndarray, y: np.ndarray, *, n_folds: int = 10,
           "C": float(np.median(chosen))}
 
 
+def min_examples(n_folds: int, inner_folds: int = 0) -> int:
+  """The fewest sentences of a classification set that ``max_examples`` may
+  keep: 10 a (inner) fold, so that with the sets' rarest class at 31% (MPQA)
+  every training fold still holds both classes."""
+  return 10 * n_folds * max(inner_folds, 1)
+
+
 def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
   return np.concatenate([np.abs(u - v), u * v], axis=-1)
 
@@ -157,30 +164,41 @@ def _groups(sentences: Sequence[str]) -> np.ndarray:
   return inverse
 
 
+def load(tasks: Sequence[str] = TASKS, data_dir: str | os.PathLike[str] | None = None
+         ) -> dict[str, Any]:
+  """Every file of ``tasks``, read and checked (a one-line DataError for a
+  missing or corrupt one): what :func:`evaluate` takes as ``data``, so that a
+  run finds a wrong data_dir before it trains, not at its first evaluation."""
+  unknown = [t for t in tasks if t not in TASKS]
+  if unknown:
+    raise ValueError(f"unknown tasks {unknown}; choose from: {', '.join(TASKS)}")
+  return {t: data.load_sick(data_dir) if t == "SICK" else data.load_classification(t, data_dir)
+          for t in tasks}
+
+
 def evaluate(encode: Encoder, tasks: Sequence[str] = TASKS,
              data_dir: str | os.PathLike[str] | None = None, *, n_folds: int = 10,
              inner_folds: int = 5, Cs: Sequence[float] = CS,
              sick_Cs: Sequence[float] = SICK_CS, group_duplicates: bool = True,
-             max_examples: int = 0, seed: int = 1111) -> dict[str, float]:
+             max_examples: int = 0, seed: int = 1111,
+             loaded: Mapping[str, Any] | None = None) -> dict[str, float]:
   """Flat metrics: ``SICK_r``, ``SICK_rho``, ``SICK_mse``, ``<task>_acc``,
   ``<task>_acc_std``, and ``<task>_seconds``. ``max_examples`` > 0 evaluates
-  a seeded random subset of each classification set (SICK always whole)."""
-  unknown = [t for t in tasks if t not in TASKS]
-  if unknown:
-    raise ValueError(f"unknown tasks {unknown}; choose from: {', '.join(TASKS)}")
+  a seeded random subset of each classification set (SICK always whole).
+  ``loaded`` is what :func:`load` returned; without it the files are read here."""
+  loaded = load(tasks, data_dir) if loaded is None else loaded
   out: dict[str, float] = {}
   for task in tasks:
     t0 = time.perf_counter()
     if task == "SICK":
-      splits = data.load_sick(data_dir)
       feats = {}
-      for name, (a, b, y) in splits.items():
+      for name, (a, b, y) in loaded["SICK"].items():
         feats[name] = (pair_features(np.asarray(encode(a), np.float64),
                                      np.asarray(encode(b), np.float64)), y)
       m = sick(feats["train"], feats["trial"], feats["test"], Cs=sick_Cs, seed=seed)
       out |= {"SICK_r": m["r"], "SICK_rho": m["rho"], "SICK_mse": m["mse"]}
     else:
-      sents, y = data.load_classification(task, data_dir)
+      sents, y = loaded[task]
       if 0 < max_examples < len(sents):
         keep = np.sort(np.random.default_rng(seed).permutation(len(sents))[:max_examples])
         sents, y = [sents[i] for i in keep], y[keep]

@@ -133,3 +133,20 @@ def test_evaluate_end_to_end_on_tiny_files(tmp_path, monkeypatch):
   assert np.isfinite(m["SICK_r"])
   with pytest.raises(ValueError, match="unknown tasks"):
     senteval.evaluate(encode, ("TREC",), tmp_path)
+
+
+@pytest.mark.parametrize("folds,inner", [(2, 0), (5, 0), (3, 2), (10, 5)])
+def test_min_examples_keeps_both_classes_in_every_fold(folds, inner):
+  # The rarest class of the sets (MPQA: 31%), a seeded subset as evaluate takes it.
+  rng = np.random.default_rng(folds)
+  y_all = (rng.random(20_000) < 0.31).astype(np.int32)
+  n = senteval.min_examples(folds, inner)
+  for seed in range(5):
+    y = y_all[np.sort(np.random.default_rng(seed).permutation(len(y_all))[:n])]
+    X = rng.normal(size=(n, 3)) + y[:, None]
+    m = senteval.classification_cv(X, y, n_folds=folds, inner_folds=max(inner, 2),
+                                   Cs=senteval.CS if inner else (1.0,), seed=seed)
+    assert 0.5 < m["acc"] <= 1.0
+  # Fewer examples than folds is what sklearn refuses (the guard's reason).
+  with pytest.raises(ValueError):
+    senteval.classification_cv(X[:folds - 1], y[:folds - 1], n_folds=folds, Cs=(1.0,))

@@ -168,3 +168,35 @@ def test_experiment_trains_resumes_and_its_checkpoint_evaluates(tmp_path, monkey
   assert ev["heldout_nll"] == pytest.approx(lines[-1]["heldout_nll"], rel=1e-6)
   assert ev["MR_acc"] == pytest.approx(lines[-1]["MR_acc"])
   assert eval_skipthoughts.main(["--workdir", str(wd), "--step", "3"]) == 2
+
+
+def test_missing_senteval_file_stops_the_run_before_it_trains(tmp_path, monkeypatch):
+  from experiments import skipthoughts as exp
+  from lnorm.data import DataError
+  from lnorm.data import senteval as data
+  config = _tiny_run_dir(tmp_path, monkeypatch)
+  (tmp_path / "senteval" / data.CLASSIFICATION["MR"][1]).unlink()
+  traced = []
+  step = exp.train_step
+  monkeypatch.setattr(exp, "train_step", lambda *a: traced.append(1) or step(*a))
+  with pytest.raises(DataError, match=data.CLASSIFICATION["MR"][1] + " not found"):
+    exp.train_and_evaluate(config, str(tmp_path / "run"))
+  assert not traced  # found before the train step was even compiled
+  assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("folds,inner,least", [(2, 0, 20), (10, 5, 500), (5, 0, 50)])
+def test_too_few_eval_examples_for_the_folds_is_refused_at_once(folds, inner, least):
+  from configs import skipthoughts as cfg
+  from experiments import skipthoughts as exp
+  from experiments.errors import ConfigError
+  c = cfg.get_config("smoke")
+  c.eval_folds, c.eval_inner_folds = folds, inner
+  for n in (1, folds - 1, least - 1):
+    c.eval_max_examples = n
+    with pytest.raises(ConfigError, match=f"eval_max_examples={n} is too few for {folds} "
+                       f"folds.*at least {least}"):
+      exp.validate(c)
+  for n in (0, least):
+    c.eval_max_examples = n
+    exp.validate(c)
