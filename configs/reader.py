@@ -8,15 +8,18 @@ bn_everywhere=True), LN-LSTM (norm=layer), and LN with its gains initialised
 at 0.1 (ln_gain_init=0.1). Reported: validation error every eval_every_steps
 updates, and the test error at the step of the best validation error.
 
-Data: DeepMind's CNN corpus cannot be had here; the paper and smoke presets
-read the stand-in of ``python scripts/make_cloze.py --out ~/.cache/lnorm/data/cnn_standin``
-(ABC news cloze questions over 4-sentence passages, plus Children's-Book-Test
-style questions from Gutenberg prose with 20-sentence contexts; about 24,000
-training questions). The cpu preset reads ``python scripts/make_cloze.py --out
-~/.cache/lnorm/data/cnn_standin_4 --context_sentences 4`` (the books' contexts
-cut to 4 sentences too: 14,175 / 1,102 / 1,935 questions). With the real
-corpus, set data_dir to the folder holding cnn/questions/ and
-passage_sentences=4 (the paper's setting).
+Data: DeepMind's CNN corpus cannot be had here. The presets read a stand-in
+that ``scripts/make_cloze.py`` builds from the real news and books into
+``<data_dir>/<questions_dir>/cnn/questions/`` (data_dir: '' = $LNORM_DATA_DIR,
+else ~/.cache/lnorm/data, as for every experiment):
+  python scripts/make_cloze.py --standin cnn_standin     # paper and smoke presets
+  python scripts/make_cloze.py --standin cnn_standin_4   # cpu preset
+``cnn_standin``: ABC news cloze questions over 4-sentence passages, plus
+Children's-Book-Test style questions from Gutenberg prose with 20-sentence
+contexts (about 24,000 training questions); ``cnn_standin_4``: the books'
+contexts cut to 4 sentences too (``--context_sentences 4``: 14,175 / 1,102 /
+1,935 questions). With the real corpus, set data_dir to the folder holding
+cnn/questions/, questions_dir='' and passage_sentences=4 (the paper's setting).
 
 Command (one run):
   python -m experiments.main --config configs/reader.py:cpu --workdir runs/reader_ln \
@@ -74,7 +77,8 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.learning_rate = 8e-5        # Adam; the authors' command
   c.grad_clip_norm = 10.0       # global-norm clipping (our guard; the paper states none); 0 = off
   c.permute_entities = False    # renumber each training question's entities afresh every update (ours; the data's numbering is fixed, as Hermann et al.'s)
-  c.data_dir = "~/.cache/lnorm/data/cnn_standin"  # holds cnn/questions/{training,validation,test}/
+  c.data_dir = ""               # '' = $LNORM_DATA_DIR, else ~/.cache/lnorm/data
+  c.questions_dir = "cnn_standin"  # folder in data_dir holding cnn/questions/{training,validation,test}/ (make_cloze.py --standin NAME); '' = data_dir itself (the real corpus)
   c.passage_sentences = 0       # cut passages after N sentences (4 for the real CNN corpus); 0 = as stored
   c.max_passage_tokens = 800    # drop questions whose passage is longer (padding cost); 0 = keep all
   c.num_train = 0               # training questions read (in file-name order); 0 = all
@@ -95,8 +99,8 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   elif preset == "cpu":
     c.features, c.embed, c.attention = 64, 64, 64
     # The stand-in with every passage 4 sentences long, as the paper's: the
-    # books' contexts too (make_cloze.py --context_sentences 4).
-    c.data_dir = "~/.cache/lnorm/data/cnn_standin_4"
+    # books' contexts too (make_cloze.py --standin cnn_standin_4).
+    c.questions_dir = "cnn_standin_4"
     c.max_passage_tokens, c.num_epochs, c.eval_every_steps = 300, 60, 200
     # Evaluations (every 200) and epoch ends (every 220) cut the calls into
     # 10 lengths, each a compile of length_buckets**2 branches: calls of 20

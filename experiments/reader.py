@@ -1,8 +1,9 @@
 """Question answering with the attentive reader (section 6.2, Figure 2):
 validation error against updates for LSTM, BN-LSTM, BN-everywhere and LN-LSTM.
 
-Data: ``<data_dir>/cnn/questions/{training,validation,test}/*.question``
-(DeepMind's CNN corpus, or the stand-in of ``scripts/make_cloze.py``), read by
+Data: ``<data_dir>/<questions_dir>/cnn/questions/{training,validation,test}/*.question``
+(DeepMind's CNN corpus with questions_dir '', or a stand-in that
+``scripts/make_cloze.py --standin <questions_dir>`` builds), read by
 ``lnorm.data.cnn_questions``. Every split lives on the device as padded
 arrays; the vocabulary comes from the training split. Each evaluation
 records the error and NLL on the validation and the test split, so that the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import functools
+from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -26,7 +28,8 @@ from experiments import loop
 from experiments import optimizers
 from experiments.errors import check, check_common
 from lnorm import reader
-from lnorm.data import DataError
+from lnorm.data import DataError, resolve_data_dir
+from lnorm.data import cloze
 from lnorm.data import cnn_questions as cq
 
 INPUTS = ("passage", "passage_mask", "query", "query_mask", "candidates")
@@ -53,10 +56,22 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm} must be >= 0")
 
 
+def questions_root(config) -> Path:
+  """The folder holding cnn/questions/. A record from before questions_dir
+  existed has the stand-in's folder as its data_dir."""
+  return resolve_data_dir(config.data_dir) / config.get("questions_dir", "")
+
+
 def _questions(config, split: str, limit: int) -> tuple[list[cq.Question], int]:
   """A split's questions after truncation and the length cap, and how many
   were dropped."""
-  qs = cq.load_split(config.data_dir, split, limit)
+  root = questions_root(config)
+  if config.get("questions_dir") in cloze.STANDINS and not cq.split_dir(root, split).is_dir():
+    raise DataError(f"{cq.split_dir(root, split)} not found: build the stand-in with "
+                    f"`python scripts/make_cloze.py --standin {config.questions_dir}` (it "
+                    f"writes into {resolve_data_dir(config.data_dir)}), or point data_dir "
+                    "(or $LNORM_DATA_DIR) at the folder that holds it")
+  qs = cq.load_split(root, split, limit)
   kept = [t for q in qs if (t := cq.truncate_passage(q, config.passage_sentences)) is not None]
   if config.max_passage_tokens:
     kept = [q for q in kept if len(q.passage) <= config.max_passage_tokens]

@@ -161,3 +161,27 @@ def test_cli(tmp_path, capsys):
 def test_read_abc_missing(tmp_path):
   with pytest.raises(DataError, match="cannot read"):
     cloze.read_abc(tmp_path / "none.zip")
+
+
+def test_cli_standin_writes_where_the_reader_preset_reads(tmp_path, monkeypatch, capsys):
+  from configs import reader as reader_config
+  from experiments import reader as exp
+  (tmp_path / "text" / "gutenberg").mkdir(parents=True)
+  _zip(tmp_path / "text" / "abc.zip", _articles(10))
+  monkeypatch.setenv("LNORM_DATA_DIR", str(tmp_path))
+  c = reader_config.get_config("cpu")
+  with pytest.raises(DataError, match="make_cloze.py --standin cnn_standin_4"):
+    exp._questions(c, "training", 0)
+  built = []
+  monkeypatch.setattr(cloze, "build", lambda *a, **kw: built.append(kw) or cloze_build(*a, **kw))
+  # The text from $LNORM_DATA_DIR/text, the questions to $LNORM_DATA_DIR/cnn_standin_4.
+  assert make_cloze.main(["--standin", "cnn_standin_4", "--no_books"]) == 0
+  assert built[-1]["context_sentences"] == 4
+  assert exp.questions_root(c) == tmp_path / "cnn_standin_4"
+  assert exp._questions(c, "training", 0)[0]
+  # Another context for a named stand-in would make another data set: refused.
+  assert make_cloze.main(["--standin", "cnn_standin_4", "--context_sentences", "20"]) == 1
+  assert "use --out DIR" in capsys.readouterr().err
+
+
+cloze_build = cloze.build

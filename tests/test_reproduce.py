@@ -202,15 +202,15 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
   from lnorm.data import cnn_questions as cq
   from scripts import reproduce
   # One question a split, in a stand-in's place.
-  FakeReaderRun.data_dir = str(tmp_path / "standin")
-  monkeypatch.setattr(reproduce, "READER_STANDINS", (FakeReaderRun.data_dir,))
+  FakeReaderRun.data_dir = str(tmp_path)
   q = cq.Question(url="u", passage=("@entity0", "met", "@entity1", "and", "@entity1", "."),
                   query=("@entity1", "saw", "@placeholder"), answer="@entity0",
                   entities=(("@entity0", "A"), ("@entity1", "B")))
-  for split in cq.SPLITS:
-    d = tmp_path / "standin/cnn/questions" / split
-    d.mkdir(parents=True)
-    cq.write_question(d / "q.question", q)
+  for standin in ("cnn_standin", "cnn_standin_4"):  # the smoke and cpu presets'
+    for split in cq.SPLITS:
+      d = tmp_path / standin / "cnn/questions" / split
+      d.mkdir(parents=True)
+      cq.write_question(d / "q.question", q)
   monkeypatch.setattr(reproduce.subprocess, "Popen", FakeReaderRun)
   reproduce.main(["fig2", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])

@@ -66,6 +66,9 @@ from lnorm.data import cnn_questions as cq
 ABC_FILES = ("abc/rural.txt", "abc/science.txt")
 VERSE = ("blake-poems.txt", "milton-paradise.txt", "whitman-leaves.txt")
 # Whole books held out; the rest is training.
+# The stand-ins the reader's presets read (configs/reader.py questions_dir):
+# folder name -> sentences of context of the books' questions.
+STANDINS = {"cnn_standin": 20, "cnn_standin_4": 4}
 VALIDATION_BOOKS = ("chesterton-brown.txt", "shakespeare-macbeth.txt")
 TEST_BOOKS = ("carroll-alice.txt", "bryant-stories.txt")
 # Closed-class words that are capitalised only for their position or in titles.
