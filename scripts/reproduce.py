@@ -119,7 +119,8 @@ def finished(wd: Path, config: str, preset: str, overrides: dict) -> bool:
   want = json.loads(json.dumps(want.to_dict()))  # tuples as JSON lists
   if "num_epochs" not in want or not isinstance(recorded, dict):
     return False
-  strip = lambda c: {k: v for k, v in c.items() if k != "data_dir"}
+  # Where the data lives is not what the run is (the loaders check what they read).
+  strip = lambda c: {k: v for k, v in c.items() if k not in ("data_dir", "questions_dir")}
   return strip(recorded) == strip(want) and last.get("epoch") == want["num_epochs"]
 
 
@@ -470,11 +471,18 @@ READER_RUNS = {"lstm": ("LSTM", {"norm": "none"}),
                "bn_gain1": ("BN-LSTM, gain init 1.0", {"norm": "batch", "bn_gain_init": 1.0})}
 READER_LEVELS = (0.7, 0.6, 0.5, 0.45, 0.4)
 READER_NLL_LEVELS = (1.3, 1.0, 0.7)
-# The presets' data_dirs, where the README's make_cloze.py commands write the stand-ins.
-READER_STANDINS = sorted({reader_config.get_config(p).data_dir for p in ("paper", "cpu", "smoke")})
+# The folders of the stand-ins that the presets read (make_cloze.py --standin).
+READER_STANDINS = sorted({reader_config.get_config(p).questions_dir
+                          for p in ("paper", "cpu", "smoke")})
 STANDIN_NOTE = ("**Every number here is from the stand-in**, the cloze questions that "
                 "`scripts/make_cloze.py` builds from ABC news and Gutenberg books, not from "
                 "DeepMind's CNN corpus (README, \"The data behind the recurrent experiments\").\n\n")
+
+
+def is_standin(config: dict) -> bool:
+  """Whether a reader run read a stand-in (its questions_dir names one; a record
+  from before questions_dir has the stand-in's folder as its data_dir)."""
+  return (config.get("questions_dir") or Path(config["data_dir"]).name) in READER_STANDINS
 
 
 def fig2(args) -> None:
@@ -492,10 +500,9 @@ def fig2(args) -> None:
          f"{c['batch_size']}, Adam {c['learning_rate']:g}, {c['num_epochs']} epochs, passages "
          f"<= {c['max_passage_tokens'] or 'any'} tokens, "
          + ("entities renumbered at every update, " if c.get("permute_entities") else "")
-         + f"data `{c['data_dir']}`. Errors on "
+         + f"data `{Path(c['data_dir']) / c.get('questions_dir', '')}`. Errors on "
          "all validation / test questions kept.\n\n"
-         + (STANDIN_NOTE if any(Path(c["data_dir"]) == Path(d).expanduser()
-                             for d in READER_STANDINS) else "")
+         + (STANDIN_NOTE if is_standin(c) else "")
          + "![Figure 2](fig2.png)\n\n"
          "| run | best valid error | at step | test error there | final valid error | "
          "s / update |\n|---|---|---|---|---|---|\n")
