@@ -304,6 +304,7 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
   if eval_every < 0 or per_call < 0:
     raise UserError("eval_every_steps and steps_per_call must be 0 or more")
   feed = task.feed
+  wdir.check_room(wd, task.state)
 
   # Compiled before restoring, from the fresh state, one call per distinct
   # length: a restored state is committed to a device, and lowering with it
@@ -344,7 +345,7 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
     finally:
       writer.close()
   finally:
-    mngr.close()
+    wdir.close_manager(mngr)
   if task.finish is not None and parallel.is_primary():
     task.finish(parallel.to_local(state), wd)
   return state

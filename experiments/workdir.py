@@ -16,11 +16,15 @@ import contextlib
 import errno
 import fcntl
 import importlib.metadata
+import io
 import json
+import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -82,10 +86,50 @@ def host() -> dict[str, object]:
   return {"cpu": cpu, "cpu_threads": threads}
 
 
+def _free_bytes(path: Path | str) -> int | None:
+  p = Path(path)
+  while not p.exists() and p != p.parent:
+    p = p.parent
+  try:
+    return shutil.disk_usage(p).free
+  except OSError:
+    return None
+
+
+def _size(n: float) -> str:
+  for unit in ("bytes", "KiB", "MiB", "GiB"):
+    if n < 1024:
+      return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+    n /= 1024
+  return f"{n:.1f} TiB"
+
+
+def free_space(path: Path | str) -> str:
+  """Free space on the filesystem of ``path`` (or of its nearest existing
+  parent), for the message of a full disk."""
+  free = _free_bytes(path)
+  return "free space unknown" if free is None else f"{_size(free)} free"
+
+
+# Besides the arrays, a checkpoint holds Orbax's metadata files.
+_CHECKPOINT_OVERHEAD = 64 * 1024
+
+
+def check_room(wd: Path, state: Any) -> None:
+  """Refuses to start a run whose workdir has no room for one checkpoint of
+  ``state``: the first save would fail after the first stretch of training."""
+  need = sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state)) + _CHECKPOINT_OVERHEAD
+  free = _free_bytes(wd)
+  if free is not None and free < need:
+    raise UserError(f"no room for a checkpoint in {wd}: {_size(free)} free, a checkpoint "
+                    f"needs about {_size(need)}; free some space or use another --workdir")
+
+
 def os_error(e: OSError, path: Path | str, resume: str = "") -> UserError:
   """An OSError met while writing ``path`` as one line that says what to do."""
   if e.errno in _FULL:
-    what = f"no space left on the device writing {path}; free some space"
+    what = (f"no space left on the device writing {path} ({free_space(path)}); "
+            "free some space")
   elif e.errno in _READ_ONLY:
     what = f"cannot write {path} ({os.strerror(e.errno).lower()}); use a writable --workdir"
   else:
@@ -227,23 +271,35 @@ class RunDir:
       os.close(fd)
       raise UserError(f"workdir {self.path} is in use by another run (pid {holder}); "
                       "wait for it to end, or use another --workdir") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    # The pid is for the message above; the flock is the lock. On a full disk
+    # it cannot be written, and config.json's write says why one line later.
+    with contextlib.suppress(OSError):
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     self._lock_fd = fd
 
   def create(self) -> Path:
-    """Makes the workdir, holds its lock, writes config.json; returns the path."""
+    """Makes the workdir, holds its lock, writes config.json; returns the path.
+    A workdir it made is removed again if config.json cannot be written, so a
+    failed start leaves nothing behind."""
+    made = not self.path.exists()
     try:
       self.path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
       raise os_error(e, self.path) from None
-    self._lock()
-    # Read again under the lock: another run may have started it meanwhile.
-    old_record = _config_record(self.path)
-    cfg = self.config_json()
-    if old_record is not None:
-      _check_compatible(self.path, old_record["config"], cfg)
-    self._write_record(old_record, cfg)
+    try:
+      self._lock()
+      # Read again under the lock: another run may have started it meanwhile.
+      old_record = _config_record(self.path)
+      cfg = self.config_json()
+      if old_record is not None:
+        _check_compatible(self.path, old_record["config"], cfg)
+      self._write_record(old_record, cfg)
+    except UserError:
+      if made:
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+      raise
     return self.path
 
   def _write_record(self, old_record: dict | None, cfg: dict) -> None:
@@ -373,19 +429,95 @@ def restore_latest(mngr: ocp.CheckpointManager, state: Any) -> tuple[Any, int]:
   return state, 0
 
 
-def save(mngr: ocp.CheckpointManager, step: int, state: Any) -> None:
+# Orbax's errors in its writer threads, as TensorStore words them: "...:
+# No space left on device [os_error_code='28']".
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
+
+
+def _os_cause(e: BaseException, logged: list[str]) -> OSError | None:
+  """The OSError behind an Orbax failure: in the exception chain, or named by
+  its text or by what Orbax's threads logged."""
+  cause: BaseException | None = e
+  while cause is not None:
+    if isinstance(cause, OSError):
+      return cause
+    cause = cause.__cause__ or cause.__context__
+  for text in (str(e), *logged):
+    m = _OS_ERROR_CODE.search(text)
+    if m:
+      return OSError(int(m.group(1)), os.strerror(int(m.group(1))))
+    if "No space left on device" in text:
+      return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  return None
+
+
+class _Held(logging.Handler):
+  """The absl records of a block, kept back; ``failed`` is set by the block."""
+
+  def __init__(self):
+    super().__init__(logging.DEBUG)
+    self.records: list[logging.LogRecord] = []
+    self.failed = False
+
+  def emit(self, record: logging.LogRecord) -> None:
+    self.records.append(record)
+
+
+@contextlib.contextmanager
+def _orbax_held() -> Iterator[_Held]:
+  """Holds what Orbax and TensorStore print while a checkpoint is written or
+  closed: after a failed write each of their threads logs its traceback, and
+  callbacks print "Event loop is closed" tracebacks, where the user needs one
+  line. Held output is dropped if the block set ``failed``, shown if not."""
+  logger = logging.getLogger("absl")
+  held, handlers, propagate, stderr = _Held(), logger.handlers[:], logger.propagate, sys.stderr
+  logger.handlers, logger.propagate = [held], False
+  sys.stderr = io.StringIO()
   try:
-    mngr.save(step, args=ocp.args.StandardSave(state))
-    mngr.wait_until_finished()
-  except Exception as e:  # pylint: disable=broad-except  # Orbax wraps the OSError.
-    cause = e
-    while cause is not None and not isinstance(cause, OSError):
-      cause = cause.__cause__ or cause.__context__
-    if cause is None:
-      raise
-    raise os_error(cause, Path(mngr.directory) / str(step),
-                   "the last good checkpoint is kept; rerun the same command to resume"
-                   ) from None
+    yield held
+  except BaseException:
+    held.failed = True
+    raise
+  finally:
+    if held.failed:
+      time.sleep(0.5)  # the failed writer's last callbacks, still printing
+    text = sys.stderr.getvalue()
+    sys.stderr, logger.handlers, logger.propagate = stderr, handlers, propagate
+    if not held.failed:
+      sys.stderr.write(text)
+      for record in held.records:
+        logger.handle(record)
+
+
+def save(mngr: ocp.CheckpointManager, step: int, state: Any) -> None:
+  """Writes the checkpoint of ``step`` whole, or raises one UserError and
+  leaves the checkpoints as they were: the partial one is removed (on a full
+  disk it holds space the run needs), the last good one is kept."""
+  error: Exception | None = None
+  with _orbax_held() as held:
+    try:
+      mngr.save(step, args=ocp.args.StandardSave(state))
+      mngr.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except  # Orbax wraps the OSError.
+      error, held.failed = e, True
+  if error is None:
+    return
+  cause = _os_cause(error, [r.getMessage() for r in held.records])
+  if cause is None:
+    raise error
+  root = Path(mngr.directory)
+  for partial in root.glob(f"{step}.orbax-checkpoint-tmp*"):
+    shutil.rmtree(partial, ignore_errors=True)
+  raise os_error(cause, root / str(step),
+                 "the last good checkpoint is kept; rerun the same command to resume"
+                 ) from None
+
+
+def close_manager(mngr: ocp.CheckpointManager) -> None:
+  """Closes ``mngr``. After a failed save its threads can fail again while
+  closing, and the save's one line is what the user needs to read."""
+  with contextlib.suppress(Exception), _orbax_held():
+    mngr.close()
 
 
 def announce(config: ml_collections.ConfigDict, path: Path, data_dir: str | None = None
