@@ -386,10 +386,11 @@ class MetricsWriter:
 
 
 def checkpoint_manager(wd: Path, max_to_keep: int = 2) -> ocp.CheckpointManager:
-  return ocp.CheckpointManager(
-      wd / "checkpoints",
-      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                           cleanup_tmp_directories=True))
+  with _orbax_held():
+    return ocp.CheckpointManager(
+        wd / "checkpoints",
+        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                             cleanup_tmp_directories=True))
 
 
 def _abstract(state: Any) -> Any:
@@ -468,7 +469,8 @@ def _orbax_held() -> Iterator[_Held]:
   """Holds what Orbax and TensorStore print while a checkpoint is written or
   closed: after a failed write each of their threads logs its traceback, and
   callbacks print "Event loop is closed" tracebacks, where the user needs one
-  line. Held output is dropped if the block set ``failed``, shown if not."""
+  line. Held output is dropped if the block set ``failed``; if not, what was
+  printed and the logged errors are shown."""
   logger = logging.getLogger("absl")
   held, handlers, propagate, stderr = _Held(), logger.handlers[:], logger.propagate, sys.stderr
   logger.handlers, logger.propagate = [held], False
@@ -484,9 +486,12 @@ def _orbax_held() -> Iterator[_Held]:
     text = sys.stderr.getvalue()
     sys.stderr, logger.handlers, logger.propagate = stderr, handlers, propagate
     if not held.failed:
+      # Orbax's warnings at this level are about its own internals, on every
+      # run; its errors the user may need.
       sys.stderr.write(text)
       for record in held.records:
-        logger.handle(record)
+        if record.levelno >= logging.ERROR:
+          logger.handle(record)
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: Any) -> None:

@@ -598,3 +598,18 @@ def test_cli_records_the_resolved_data_dir(tiny_cli, tmp_path):
   record = json.loads((tmp_path / "run" / "config.json").read_text())
   assert record["config"]["data_dir"] == str(tmp_path / "envdata")
   assert f"data {tmp_path / 'envdata'}" in r.stdout and "devices cpu:0" in r.stdout
+
+
+def test_orbax_output_during_a_good_save_keeps_errors_only():
+  import logging  # pylint: disable=g-import-not-at-top
+  logger, seen = logging.getLogger("absl"), []
+  handler = logging.Handler()
+  handler.emit = lambda record: seen.append(record.getMessage())
+  logger.addHandler(handler)
+  try:
+    with wdir._orbax_held():  # pylint: disable=protected-access
+      logger.warning("an Orbax internal")
+      logger.error("a failure the user needs")
+  finally:
+    logger.removeHandler(handler)
+  assert seen == ["a failure the user needs"]
