@@ -82,10 +82,36 @@ def write(root: Path, archive: bool = True, forms=FORMS) -> dict[str, str]:
 
 def expected_rows(strokes) -> np.ndarray:
   """Independent of the loader: offsets to each point after the first, and
-  whether that point ends its stroke."""
+  whether that point ends its stroke; a first stroke of one point is a row
+  (0, 0, 1) of its own, so that its pen lift is kept."""
   pts = [(x, y, k == len(s) - 1) for s in strokes for k, (x, y) in enumerate(s)]
-  return np.asarray([(b[0] - a[0], b[1] - a[1], int(b[2])) for a, b in zip(pts, pts[1:])],
-                    np.float64)
+  rows = [(b[0] - a[0], b[1] - a[1], int(b[2])) for a, b in zip(pts, pts[1:])]
+  if len(strokes[0]) == 1:
+    rows.insert(0, (0, 0, 1))
+  return np.asarray(rows, np.float64).reshape(-1, 3)
+
+
+def decode_strokes(rows: np.ndarray) -> list[list[tuple[int, int]]]:
+  """Rows back to strokes, the line's first point at (0, 0), by walking them:
+  a check that every stroke's last point carries the pen lift."""
+  strokes, pos, cur = [], (0, 0), [(0, 0)]
+  for k, (dx, dy, eos) in enumerate(np.asarray(rows).round().astype(int).tolist()):
+    if k == 0 and (dx, dy) == (0, 0) and eos:
+      strokes.append(cur)  # the first point, a stroke of its own
+      cur = []
+      continue
+    pos = (pos[0] + dx, pos[1] + dy)
+    cur.append(pos)
+    if eos:
+      strokes.append(cur)
+      cur = []
+  assert not cur, "the last point has no pen lift"
+  return strokes
+
+
+def relative(strokes) -> list[list[tuple[int, int]]]:
+  x0, y0 = strokes[0][0]
+  return [[(x - x0, y - y0) for x, y in s] for s in strokes]
 
 
 def all_lines(ds):
@@ -282,7 +308,94 @@ def test_batch_shift_pad_and_points(tmp_path):
   strokes = FORMS[form][0][n - 1]
   got = iam.to_points(split.line(0), ds.scale)
   x0, y0 = strokes[0][0]
-  # The first point belongs to the first stroke; its eos is not kept.
   assert len(got) == len(strokes)
   for g, s in zip(got, strokes):
     np.testing.assert_allclose(g, np.asarray(s, float) - (x0, y0), atol=1e-4)
+
+
+def load_all(tmp_path, forms):
+  sums = write(tmp_path, forms=forms)
+  ds = iam.load(tmp_path, cache_dir=tmp_path / "cache", checksums=sums)
+  return ds, all_lines(ds)
+
+
+def test_csr_lines_break_at_percent_runs():
+  text = "OCR:\r\n\r\nCSR:\r\n\r\nand there\r\nweeks to bone %%%%%%%%%%% pinned.\r\n"
+  assert iam.csr_lines(text) == ["and there", "weeks to bone", "pinned."]
+  text = "CSR:\nfirst\n%%%%%%%%%%%\nsecond\n  %%% \nthird %\n"
+  assert iam.csr_lines(text) == ["first", "second", "third"]
+  assert iam.csr_lines("OCR: no transcription") is None
+
+
+def test_percent_run_is_a_line_break(tmp_path):
+  # As in a08-551z: the CSR line 8 is lines 8 and 9 with '%'s between them.
+  one = [[(0, 0), (3, 1)]]
+  forms = dict(FORMS)
+  forms["e05-551z"] = ([one] * 3, ["one", "two %%%%%%%%%%% three."])
+  forms["e05-552z"] = ([one] * 3, ["one", "%%%%%%%%%%%", "two", "three."])
+  ds, got = load_all(tmp_path, forms)
+  for form in ("e05-551z", "e05-552z"):
+    assert [got[f"{form}-{n:02d}"][2] for n in (1, 2, 3)] == ["one", "two", "three."]
+    assert not [i for i in ds.skipped if i.startswith(form)]
+
+
+def test_placeholder_text_is_skipped_and_counted(tmp_path):
+  forms = dict(FORMS)
+  forms["z00-001"] = ([[[(0, 0), (3, 1)]]], ["Please Enter Transcription here"])
+  forms["z01-000z"] = ([[[(0, 0), (3, 1)]]] * 3, ["Please Enter Transcription here "])
+  ds, got = load_all(tmp_path, forms)
+  assert sorted(ds.placeholders) == ["z00-001-01", "z01-000z-01"]
+  assert sorted(ds.skipped) == ["b02-113-03", "c03-001z-01", "z01-000z-02", "z01-000z-03"]
+  assert not [i for i in got if i.startswith("z0")]
+  assert "Please" not in "".join(t for _, _, t in got.values())
+  assert "2 with the placeholder text" in ds.counts()
+  again = iam.load(tmp_path, cache_dir=tmp_path / "cache", checksums=write(tmp_path, forms=forms))
+  assert again.from_cache and again.placeholders == ds.placeholders
+
+
+# Strokes whose first is one point (a tap before the writing), with the rows
+# worked out by hand: the tap's pen lift is a row (0, 0, 1), the move from it
+# to the next stroke a row of its own.
+TAP = [[(5, 5)], [(7, 9), (8, 8)], [(1, 1)], [(3, 3), (4, 0)]]
+TAP_ROWS = [(0, 0, 1), (2, 4, 0), (1, -1, 1), (-7, -7, 1), (2, 2, 0), (1, -3, 1)]
+
+
+def test_single_point_first_stroke_keeps_its_pen_lift(tmp_path):
+  rows = iam.parse_strokes(line_xml(TAP), "tap.xml")
+  np.testing.assert_array_equal(rows, TAP_ROWS)
+  np.testing.assert_array_equal(expected_rows(TAP), TAP_ROWS)
+  assert decode_strokes(rows) == relative(TAP)
+  two = [[(5, 5)], [(6, 6)], [(7, 9), (8, 8)]]  # a second tap: an ordinary row
+  assert decode_strokes(iam.parse_strokes(line_xml(two), "two.xml")) == relative(two)
+  forms = dict(FORMS)
+  forms["e06-000"] = ([TAP, [[(1, 1)], [(2, 2), (4, 4)]]], ["tap", "dot"])
+  ds, got = load_all(tmp_path, forms)
+  for form, (lines, csr) in forms.items():
+    for n, strokes in enumerate(lines, 1):
+      line_id = f"{form}-{n:02d}"
+      if line_id not in got:
+        continue
+      line = got[line_id][1]
+      # Every stroke's last point carries the pen lift, and nothing else does.
+      assert int(line[:, 2].sum()) == len(strokes)
+      raw = np.concatenate([line[:, :2] * ds.scale, line[:, 2:]], 1)
+      assert decode_strokes(raw) == relative(strokes)
+      pts = iam.to_points(line, ds.scale)
+      assert [np.round(p).astype(int).tolist() for p in pts] == [
+          [list(q) for q in s] for s in relative(strokes)]
+
+
+def test_cache_key_changes_with_reader_version(tmp_path, monkeypatch):
+  a, b = "1" * 64, "2" * 64
+  key = iam.cache_key(a, b)
+  assert key == iam.cache_key(a, b, iam.READER_VERSION)
+  assert iam.cache_key(a, b, iam.READER_VERSION + 1) != key
+  assert iam.cache_key(b, a) != key
+  assert iam.READER_VERSION >= 2  # 1: '%' runs, placeholders and first taps misread
+  sums = write(tmp_path)
+  cache = tmp_path / "cache"
+  assert not iam.load(tmp_path, cache_dir=cache, checksums=sums).from_cache
+  assert iam.load(tmp_path, cache_dir=cache, checksums=sums).from_cache
+  monkeypatch.setattr(iam, "READER_VERSION", iam.READER_VERSION + 1)
+  assert not iam.load(tmp_path, cache_dir=cache, checksums=sums).from_cache
+  assert len(list((cache / iam.NAME).glob("parsed-*.npz"))) == 2

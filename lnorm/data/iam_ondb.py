@@ -7,20 +7,32 @@ Files, in ``<data_dir>/iam_ondb/`` (data_dir resolved as for MNIST:
   ``<form>-NN.xml`` per handwritten line, a ``<StrokeSet>`` of ``<Stroke>``s of
   ``<Point x y time>`` (integer pen coordinates);
 * ``ascii-all.tar.gz`` or the extracted ``ascii/``: one ``<form>.txt`` per form;
-  line NN of the part after ``CSR:`` is the text of ``<form>-NN.xml``.
+  line NN of the part after ``CSR:`` is the text of ``<form>-NN.xml``. A run of
+  ``%`` in it is a line break: in a08-551z, the one form with one here, CSR
+  line 8 "weeks to have a broken ankle bone %%%%%%%%%%% pinned." is the text
+  of 08 and of 09, whose strokes are the one word "pinned."; a line of ``%``
+  alone is a break with no text of its own.
 
 An archive wins over its folder. An archive is checked against the SHA-256 of
 the archive file (``SHA256``), a folder against a digest of its files' names
 and contents (``CONTENT_SHA256``, see ``content_digest``), which is what the
 archive holds. Lines without a transcription (no ascii file, no CSR section, or
-fewer CSR lines than NN) are skipped and counted (8 of the 12,195 here).
+fewer CSR lines than NN) are skipped and counted (7 of the 12,195 here, all in
+z01-000z), and so are lines whose text is the transcription tool's placeholder
+"Please Enter Transcription here" (``placeholders``; 2 here, z00-001-01 and
+z01-000z-01).
 
 A line of N points p_1..p_N becomes N-1 rows ``(dx, dy, eos)``: row t is
 p_{t+1} - p_t and eos = 1 if p_{t+1} is the last point of its stroke (the pen
 lifts after it). The first point's position is dropped: as an offset it would
-always be (0, 0), a point the density could make arbitrarily likely. dx and dy
-are divided by their standard deviations over the training split's rows
-(``IamOnDB.scale``), without centring, so that (0, 0) still means "no move".
+always be (0, 0), a point the density could make arbitrarily likely. But where
+the first stroke is that one point (a tap before the writing; 353 lines here),
+its pen lift would have no row to carry it, so the point is kept: the line
+starts with a row (0, 0, 1) and has N rows (a (0, 0) move, which also occurs
+wherever a point repeats, 112,819 rows here). So every stroke's last point,
+and no other, has eos = 1. dx and dy are divided by their standard deviations
+over the training split's rows (``IamOnDB.scale``), without centring, so that
+(0, 0) still means "no move".
 y grows downwards, as the whiteboard records it.
 
 Text: the CSR line stripped, as ids over ``ALPHABET`` (57 symbols, the size of
@@ -37,15 +49,17 @@ testset_v; he trained on testset_f too, we keep it as the test set). Otherwise
 a form goes to test if the first 8 hex digits of SHA-256(form id) mod 100 are
 below ``TEST_PERCENT``, to valid if below ``TEST_PERCENT + VALID_PERCENT``, else
 to train: deterministic, and a form's side does not depend on the others. On
-the files here that gives 9,689 / 1,230 / 1,268 lines in 1,380 / 170 / 180
-forms, 6,075,636 / 754,377 / 809,748 rows (train / valid / test), and scales
+the files here that gives 9,688 / 1,230 / 1,268 lines in 1,378 / 170 / 180
+forms, 6,075,027 / 754,418 / 809,774 rows (train / valid / test), and scales
 of 42.17 and 37.14 pen units for dx and dy.
 
 Parsing the 12,195 XML files takes 30 s of CPU (two minutes on a loaded
 2-core machine), loading the cache a few seconds, so the parsed rows are
 cached in ``<cache_dir>/iam_ondb/parsed-<key>.npz``, the key hashed from the
-sources' checksums; cache_dir is ``cache_dir``, else ``$LNORM_CACHE_DIR``, else
-``$XDG_CACHE_HOME/lnorm``, else ``~/.cache/lnorm`` (as the native kernels').
+sources' checksums and ``READER_VERSION`` (``cache_key``: a cache an older
+reader wrote is not read); cache_dir is ``cache_dir``, else
+``$LNORM_CACHE_DIR``, else ``$XDG_CACHE_HOME/lnorm``, else ``~/.cache/lnorm``
+(as the native kernels').
 The cache holds the whole database: it must stay out of the repository.
 """
 
@@ -89,9 +103,17 @@ ALPHABET = ("\0 abcdefghijklmnopqrstuvwxyz"
             "ABCDEFGHIJKLMNOPQRSTUVWXYZ" '.,"')
 NUM_CHARS = len(ALPHABET)
 assert NUM_CHARS == 57
-CACHE_VERSION = 1
+CACHE_VERSION = 1  # the cache file's layout
+# What the parse makes of the files, in the cache key so that a cache an older
+# reader wrote is parsed again: bump it whenever the lines, texts or rows change.
+# 1 kept '%' runs in the text, read the placeholder as text and dropped the pen
+# lift of a first stroke of one point (see the module doc).
+READER_VERSION = 2
+# The transcription tool's default text, left where nobody transcribed the line.
+PLACEHOLDER = "please enter transcription here"
 
 _CHAR_ID = {ch: i for i, ch in enumerate(ALPHABET) if i != UNKNOWN}
+_BREAK = re.compile(r"\s*%+\s*")
 _LINE_FILE = re.compile(r"^(?P<form>[a-z0-9]+-[a-z0-9]+)-(?P<nn>\d+)\.xml$")
 _HOW = ("IAM-OnDB is not downloadable by script: register with the FKI group of "
         "the University of Bern (IAM On-Line Handwriting Database) and put "
@@ -205,15 +227,21 @@ def _checksum(src: _Source, verify: bool, checksums: Mapping[str, str] | None) -
 
 
 def csr_lines(text: str) -> list[str] | None:
-  """The non-blank lines after 'CSR:', stripped; None without a CSR section."""
+  """The lines after 'CSR:', broken at runs of '%', stripped, blank ones
+  dropped; None without a CSR section."""
   _, sep, rest = text.partition("CSR:")
   if not sep:
     return None
-  return [l.strip() for l in rest.splitlines() if l.strip()]
+  return [part for l in rest.splitlines() for part in _BREAK.split(l.strip()) if part]
+
+
+def is_placeholder(text: str) -> bool:
+  return text.strip().lower() == PLACEHOLDER
 
 
 def parse_strokes(data: bytes, name: str) -> np.ndarray:
-  """One line's XML -> int32 (N-1, 3) rows (dx, dy, eos), see the module doc."""
+  """One line's XML -> int32 (N-1, 3) rows (dx, dy, eos), or (N, 3) where the
+  first stroke is one point; see the module doc."""
   try:
     root = ET.fromstring(data)
   except ET.ParseError as e:
@@ -232,10 +260,12 @@ def parse_strokes(data: bytes, name: str) -> np.ndarray:
   except (TypeError, ValueError) as e:
     raise DataError(f"{name}: a <Point> without integer x and y ({_reason(e)})") from e
   xy = np.stack([np.asarray(xs, np.int64), np.asarray(ys, np.int64)], -1).reshape(-1, 2)
-  rows = np.empty((max(len(xs) - 1, 0), 3), np.int32)
-  rows[:, :2] = np.diff(xy, axis=0)
-  rows[:, 2] = np.asarray(eos[1:], np.int32)
-  return rows
+  # One row per point, the offset from the point before; the first point's row,
+  # (0, 0), is kept only to carry the pen lift of a first stroke of one point.
+  rows = np.empty((len(xs), 3), np.int32)
+  rows[:, :2] = np.diff(xy, axis=0, prepend=xy[:1])
+  rows[:, 2] = np.asarray(eos, np.int32)
+  return rows if eos and eos[0] else rows[1:]
 
 
 @dataclasses.dataclass
@@ -245,6 +275,7 @@ class _Parsed:
   rows: np.ndarray  # int32 (P, 3): all lines' rows, concatenated
   starts: np.ndarray  # int64 (n + 1,)
   skipped: list[str]  # line ids without a transcription
+  placeholders: list[str]  # line ids whose text is PLACEHOLDER
   num_files: int
 
 
@@ -253,7 +284,7 @@ def _parse(strokes: _Source, ascii_src: _Source) -> _Parsed:
   for name, data in ascii_src.members():
     if name.endswith(".txt"):
       transcriptions[Path(name).stem] = csr_lines(data.decode("latin-1"))
-  ids, texts, chunks, skipped, num_files = [], [], [], [], 0
+  ids, texts, chunks, skipped, placeholders, num_files = [], [], [], [], [], 0
   for name, data in strokes.members():
     m = _LINE_FILE.match(Path(name).name)
     if m is None:
@@ -267,6 +298,9 @@ def _parse(strokes: _Source, ascii_src: _Source) -> _Parsed:
     if csr is None or not 1 <= nn <= len(csr) or len(rows) == 0:
       skipped.append(line_id)
       continue
+    if is_placeholder(csr[nn - 1]):
+      placeholders.append(line_id)
+      continue
     ids.append(line_id)
     texts.append(csr[nn - 1])
     chunks.append(rows)
@@ -276,7 +310,7 @@ def _parse(strokes: _Source, ascii_src: _Source) -> _Parsed:
   lengths = np.asarray([len(c) for c in chunks], np.int64)
   starts = np.concatenate([[0], np.cumsum(lengths)])
   rows = np.concatenate(chunks) if chunks else np.zeros((0, 3), np.int32)
-  return _Parsed(ids, texts, rows, starts, skipped, num_files)
+  return _Parsed(ids, texts, rows, starts, skipped, placeholders, num_files)
 
 
 def _save(path: Path, p: _Parsed) -> None:
@@ -286,7 +320,8 @@ def _save(path: Path, p: _Parsed) -> None:
   with tmp.open("wb") as f:
     np.savez(f, version=CACHE_VERSION, ids=np.asarray(p.ids), texts=np.asarray(p.texts),
              rows=p.rows.astype(np.int16 if small else np.int32), starts=p.starts,
-             skipped=np.asarray(p.skipped, dtype=str), num_files=p.num_files)
+             skipped=np.asarray(p.skipped, dtype=str),
+             placeholders=np.asarray(p.placeholders, dtype=str), num_files=p.num_files)
   os.replace(tmp, path)  # a reader never sees half a cache
 
 
@@ -297,7 +332,7 @@ def _load_cache(path: Path) -> _Parsed | None:
         return None
       return _Parsed([str(s) for s in z["ids"]], [str(s) for s in z["texts"]],
                      z["rows"].astype(np.int32), z["starts"], [str(s) for s in z["skipped"]],
-                     int(z["num_files"]))
+                     [str(s) for s in z["placeholders"]], int(z["num_files"]))
   except (OSError, KeyError, ValueError, EOFError, zlib.error):
     return None  # unreadable: parse again and overwrite
 
@@ -331,6 +366,7 @@ class IamOnDB:
   test: Split
   scale: np.ndarray  # float64 (2,): std of dx and dy over the training rows, pen units
   skipped: tuple[str, ...]  # line ids without a transcription
+  placeholders: tuple[str, ...]  # line ids with the placeholder text, skipped too
   num_files: int  # stroke files read
   split_source: str  # 'official' or 'hash'
   from_cache: bool
@@ -340,7 +376,8 @@ class IamOnDB:
              f"{len({form_of(i) for i in getattr(self, s).ids}):,} forms / "
              f"{int(getattr(self, s).starts[-1]):,} rows" for s in SPLITS]
     return (f"IAM-OnDB: {self.num_files:,} stroke files, {len(self.skipped)} skipped "
-            f"without a transcription; " + "; ".join(parts) + f" ({self.split_source} split)")
+            f"without a transcription, {len(self.placeholders)} with the placeholder text; "
+            + "; ".join(parts) + f" ({self.split_source} split)")
 
 
 def _official_split(directory: Path) -> dict[str, set[str]] | None:
@@ -369,6 +406,14 @@ def _assign(ids: list[str], official: dict[str, set[str]] | None) -> list[str | 
   return out
 
 
+def cache_key(strokes_sum: str, ascii_sum: str, reader_version: int | None = None) -> str:
+  """The parsed cache's name: the sources' checksums, the file layout and the
+  reader's version (READER_VERSION unless given)."""
+  v = READER_VERSION if reader_version is None else reader_version
+  text = f"v{CACHE_VERSION}:r{v}:{strokes_sum}:{ascii_sum}"
+  return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
 def load(data_dir: str | os.PathLike[str] | None = None,
          cache_dir: str | os.PathLike[str] | None = None, verify: bool = True,
          checksums: Mapping[str, str] | None = None, use_cache: bool = True) -> IamOnDB:
@@ -379,8 +424,7 @@ def load(data_dir: str | os.PathLike[str] | None = None,
     raise DataError(f"{directory}/ not found; {_how(directory)}")
   strokes, ascii_src = _find_source(directory, STROKES), _find_source(directory, ASCII)
   official = _official_split(directory)
-  keys = [_checksum(s, verify, checksums) for s in (strokes, ascii_src)]
-  key = hashlib.sha256(f"v{CACHE_VERSION}:{keys[0]}:{keys[1]}".encode()).hexdigest()[:20]
+  key = cache_key(*(_checksum(s, verify, checksums) for s in (strokes, ascii_src)))
   cache = cache_root(cache_dir) / NAME / f"parsed-{key}.npz"
   parsed = _load_cache(cache) if use_cache and cache.is_file() else None
   from_cache = parsed is not None
@@ -408,7 +452,8 @@ def load(data_dir: str | os.PathLike[str] | None = None,
                  rows, starts)
 
   return IamOnDB(make("train"), make("valid"), make("test"), scale, tuple(parsed.skipped),
-                 parsed.num_files, "hash" if official is None else "official", from_cache)
+                 tuple(parsed.placeholders), parsed.num_files,
+                 "hash" if official is None else "official", from_cache)
 
 
 # ------------------------------------------------------------------ batches
@@ -445,9 +490,11 @@ def batch(split: Split, indices, max_len: int, max_chars: int = 0) -> dict[str, 
 
 def to_points(rows: np.ndarray, scale: np.ndarray) -> list[np.ndarray]:
   """Rows (N, 3) -> the strokes as absolute (x, y) arrays in pen units, the
-  line starting at (0, 0); for drawing."""
+  line starting at (0, 0); for drawing. A first row (0, 0, 1) is the line's
+  first point, a stroke of its own."""
   rows = np.asarray(rows, np.float64)
   xy = np.cumsum(rows[:, :2] * np.asarray(scale, np.float64), 0)
-  xy = np.concatenate([np.zeros((1, 2)), xy])
   ends = np.flatnonzero(rows[:, 2] > 0.5) + 1
-  return [s for s in np.split(xy, ends + 1) if len(s)]
+  if not (len(rows) and rows[0, 2] > 0.5 and not rows[0, :2].any()):
+    xy, ends = np.concatenate([np.zeros((1, 2)), xy]), ends + 1  # the first point has no row
+  return [s for s in np.split(xy, ends) if len(s)]
