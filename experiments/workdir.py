@@ -406,7 +406,9 @@ def restore_latest(mngr: ocp.CheckpointManager, state: Any) -> tuple[Any, int]:
   failed: list[tuple[int, str]] = []
   for step in steps:
     try:
-      restored = mngr.restore(step, args=ocp.args.StandardRestore(_abstract(state)))
+      # Orbax logs what it could not parse; the line below says what it means.
+      with _orbax_held():
+        restored = mngr.restore(step, args=ocp.args.StandardRestore(_abstract(state)))
     except Exception as e:  # pylint: disable=broad-except  # Orbax raises many kinds.
       reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
       failed.append((step, reason))
