@@ -307,3 +307,16 @@ def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
   text = (wd / "metrics.jsonl").read_text()
   (wd / "metrics.jsonl").write_text(text[:-20])
   assert not reproduce.finished(wd, *args)
+
+
+def test_runs_made_before_the_iam_ondb_reader_fix_are_told_apart():
+  import subprocess  # pylint: disable=g-import-not-at-top
+  from scripts import reproduce
+  head = subprocess.run(("git", "rev-parse", "HEAD"), cwd=reproduce.REPO, capture_output=True,
+                        text=True).stdout.strip()
+  # results/fig5_cpu's runs, at 4707ea4, read the old reader; HEAD has the fix.
+  assert reproduce.made_before("4707ea403575d5b5494850111b81fe5949407701-dirty",
+                               reproduce.IAM_READER_FIX) is True
+  assert reproduce.made_before(head, reproduce.IAM_READER_FIX) is False
+  assert reproduce.made_before("not-a-commit", reproduce.IAM_READER_FIX) is None
+  assert reproduce.OLD_READER_NOTE.startswith("> **Made with the old IAM-OnDB reader**")
