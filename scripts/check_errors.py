@@ -191,21 +191,14 @@ def cases(tmp: Path, data: Path, mount: bool) -> list[Callable[[], Outcome]]:
     assert r.returncode == 0, r.stderr
     return w
 
-  def changed_config():
-    w = finished_run("changed")
-    before = steps(w)
-    r = train(w, "--config.learning_rate=0.1")
-    return outcome("resume with another config", "input", r,
-                   lost=steps(w) != before or not resumes(w, before[-1]))
-  case(changed_config)
-
-  def fewer_epochs():
-    w = finished_run("fewer")
-    before = steps(w)
-    r = train(w, "--config.num_epochs=1")
-    return outcome("resume with fewer epochs", "input", r,
-                   lost=steps(w) != before or not resumes(w, before[-1]))
-  case(fewer_epochs)
+  for name, flag in (("resume with another config", "--config.learning_rate=0.1"),
+                     ("resume with fewer epochs", "--config.num_epochs=1")):
+    def refused(name=name, flag=flag):
+      w = finished_run(name)
+      before = steps(w)
+      r = train(w, flag)
+      return outcome(name, "input", r, lost=steps(w) != before or not resumes(w, before[-1]))
+    case(refused)
 
   def damaged_config_json():
     w = finished_run("damaged")

@@ -348,10 +348,8 @@ def test_full_disk_leaves_no_partial_line_and_resumes(tmp_path, monkeypatch):
   assert without_timing(metrics(wd)) == without_timing(metrics(tmp_path / "straight"))
 
 
-def test_full_disk_on_config_json_writes_nothing_half(tmp_path, monkeypatch):
-  wd = tmp_path / "run"
-  run(toy_config(num_epochs=1), wd)
-  before = (wd / "config.json").read_text()
+def _full_on_config_json(monkeypatch) -> None:
+  """config.json's write finds the disk full."""
   real_open = Path.open
 
   def full_open(self, mode="r", *a, **kw):
@@ -360,6 +358,13 @@ def test_full_disk_on_config_json_writes_nothing_half(tmp_path, monkeypatch):
       f.write = lambda text: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
     return f
   monkeypatch.setattr(Path, "open", full_open)
+
+
+def test_full_disk_on_config_json_writes_nothing_half(tmp_path, monkeypatch):
+  wd = tmp_path / "run"
+  run(toy_config(num_epochs=1), wd)
+  before = (wd / "config.json").read_text()
+  _full_on_config_json(monkeypatch)
   with pytest.raises(UserError, match="no space left on the device writing .*config.json"):
     run(toy_config(num_epochs=2), wd)
   monkeypatch.undo()
@@ -425,14 +430,7 @@ def test_no_room_for_a_checkpoint_is_refused_before_training(tmp_path, monkeypat
 
 
 def test_full_disk_on_a_new_workdir_leaves_nothing(tmp_path, monkeypatch):
-  real_open = Path.open
-
-  def full_open(self, mode="r", *a, **kw):
-    f = real_open(self, mode, *a, **kw)
-    if self.name == "config.json.tmp":
-      f.write = lambda text: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
-    return f
-  monkeypatch.setattr(Path, "open", full_open)
+  _full_on_config_json(monkeypatch)
   with pytest.raises(UserError, match=r"no space left on the device writing .*config.json "
                      r"\(.* free\); free some space"):
     run(toy_config(), tmp_path / "new" / "run")
