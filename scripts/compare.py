@@ -4,7 +4,11 @@ best metrics, the step each was reached at, and the train time.
   python scripts/compare.py runs/pi_mnist_layer runs/pi_mnist_none \
       [--metric test_error --metric train_nll] [--x step|epoch] [--out compare.png]
 
-Any workdirs of ``experiments.main`` (or of ``reproduce.py``'s runs) will do.
+Any workdirs of ``experiments.main`` (or of ``reproduce.py``'s runs) of one
+experiment will do; runs of different experiments are refused (their metrics
+of one name measure different things), and metrics only some runs record are
+named under the table. The y axis is logarithmic only where every value is
+positive and they span a decade.
 The table also shows each config field that differs between the runs.
 ``--group_seeds`` draws the runs whose configs differ only in ``seed`` as one
 curve, their mean with a band over their range, and gives mean ± sd in the table.
@@ -139,10 +143,37 @@ def _each(values) -> str:
   return " / ".join(str(v) for v in values)
 
 
-def _axis(metric: str) -> figures.Axis:
-  # NLLs and losses fall by decades as a run fits its training set.
-  log = any(w in metric for w in ("nll", "loss"))
+def _axis(metric: str, runs: list[dict]) -> figures.Axis:
+  """A log axis where the values allow one and span a decade or more (a NLL
+  falling as a run fits its training set), else a linear one: a NLL can be
+  negative (a density's, as the handwriting runs'), and a log axis over it is
+  blank."""
+  values = [rec[metric] for r in runs for rec in r["metrics"] if metric in rec]
+  finite = [v for v in values if v == v and abs(v) != float("inf")]
+  log = bool(finite) and min(finite) > 0 and max(finite) >= 10 * min(finite)
   return figures.Axis(metric, yscale="log" if log else "linear")
+
+
+def check_same_experiment(runs: list[dict]) -> None:
+  """Runs of different experiments share metric names, not their meaning
+  (valid_nll is per image in one, per line in another): refused."""
+  kinds = sorted({r["config"].get("experiment", "?") for r in runs if r["config"]})
+  if len(kinds) > 1:
+    raise CompareError(f"the runs are of different experiments ({', '.join(kinds)}), whose "
+                       "metrics of one name are different quantities; compare runs of one "
+                       "experiment")
+
+
+def metrics_note(runs: list[dict]) -> str:
+  """A line naming the metrics that only some runs record, or ''."""
+  names = labels([r["path"] for r in runs])
+  have = [set(k for rec in r["metrics"] for k in rec) - set(NOT_METRICS) for r in runs]
+  only = sorted(set.union(*have) - set.intersection(*have)) if have else []
+  if not only:
+    return ""
+  return ("\nNot every run records every metric: " + "; ".join(
+      f"{m} only in {', '.join(n for n, h in zip(names, have) if m in h)}" for m in only)
+      + ".\n")
 
 
 def compare(workdirs: list[str], metrics: list[str] | None = None, x: str | None = None,
@@ -155,6 +186,7 @@ def compare(workdirs: list[str], metrics: list[str] | None = None, x: str | None
     raise CompareError(f"--out {out}: the name must end in one of: "
                        f"{', '.join('.' + f for f in sorted(formats))}")
   runs = [load(w) for w in workdirs]
+  check_same_experiment(runs)
   metrics = metrics or [default_metric(runs)]
   for m in metrics:
     for r in runs:
@@ -167,12 +199,12 @@ def compare(workdirs: list[str], metrics: list[str] | None = None, x: str | None
   curves = {n: [r["metrics"] for r in rs] for n, rs in groups.items()}
   try:
     if len(metrics) == 1:
-      figures.plot(curves, out, _axis(metrics[0]), x)
+      figures.plot(curves, out, _axis(metrics[0], runs), x)
     else:
-      figures.plot_panels({"": curves}, out, [_axis(m) for m in metrics], x)
+      figures.plot_panels({"": curves}, out, [_axis(m, runs) for m in metrics], x)
   except OSError as e:
     raise CompareError(f"--out {out}: {e.strerror or e}") from None
-  return table(groups, metrics, best)
+  return table(groups, metrics, best) + metrics_note(runs)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -178,3 +178,34 @@ def test_accuracies_and_correlations_are_better_higher_all_else_lower():
                                          "SICK_rho")))
   assert not any(map(loop.higher_is_better, ("SICK_mse", "heldout_nll", "valid_error",
                                              "train_nll", "error_rate", "examples_per_sec")))
+
+
+def _records(wd, config: dict, records: list[dict]):
+  wd.mkdir(parents=True)
+  (wd / "config.json").write_text(json.dumps({"config": config, "git_commit": "abc"}))
+  (wd / "metrics.jsonl").write_text("".join(
+      json.dumps({"step": 10 * (i + 1), **r}) + "\n" for i, r in enumerate(records)))
+  return str(wd)
+
+
+def test_the_y_axis_is_chosen_from_the_values():
+  runs = lambda *vs: [{"metrics": [{"m": v} for v in vs]}]
+  # A density's NLL is negative (the handwriting runs'): a log axis there is blank.
+  assert compare._axis("valid_nll", runs(-550.0, -900.0)).yscale == "linear"
+  assert compare._axis("train_nll", runs(2.0, 0.01)).yscale == "linear"  # no values of "m"
+  assert compare._axis("m", runs(2.0, 0.01)).yscale == "log"  # positive, two decades
+  assert compare._axis("m", runs(0.3, 0.1)).yscale == "linear"  # less than one
+  assert compare._axis("m", runs(0.0, 1.0)).yscale == "linear"
+
+
+def test_runs_of_different_experiments_are_refused_and_partial_metrics_named(tmp_path):
+  a = _records(tmp_path / "a", {"experiment": "pi_mnist", "norm": "layer"},
+               [{"valid_nll": 0.5, "test_error": 0.1}])
+  b = _records(tmp_path / "b", {"experiment": "handwriting", "norm": "layer"},
+               [{"valid_nll": -900.0}])
+  with pytest.raises(compare.CompareError, match=r"different experiments \(handwriting, "
+                     r"pi_mnist\)"):
+    compare.compare([a, b], out=tmp_path / "x.png")
+  c = _records(tmp_path / "c", {"experiment": "pi_mnist", "norm": "none"}, [{"valid_nll": 0.6}])
+  md = compare.compare([a, c], ["valid_nll"], out=tmp_path / "y.png")
+  assert md.strip().endswith("Not every run records every metric: test_error only in a.")
