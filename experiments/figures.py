@@ -105,68 +105,114 @@ def draw(ax, runs: Runs, metric: str, x: str = "epoch") -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Axis:
-  """One plotted metric: its y label, scale, and an upper limit (the axis then
-  runs from 0 to at most ``ymax``, so that early spikes do not flatten the rest;
-  unless every curve lies above it, as in a short smoke run)."""
+  """One plotted metric: its panel title and y label (with units), scale, and
+  an upper limit (the axis then runs from 0 to at most ``ymax``, so that early
+  spikes do not flatten the rest; unless every curve lies above it, as in a
+  short smoke run)."""
   metric: str
   ylabel: str | None = None
   yscale: str = "linear"
   ymax: float | None = None
 
+  @property
+  def title(self) -> str:
+    """The metric's name: ``ylabel`` without its "(units)"."""
+    return (self.ylabel or self.metric.replace("_", " ")).split(" (")[0]
 
-def _style(ax, axis: Axis, x: str, title: str | None) -> None:
-  ax.set(yscale=axis.yscale, xlabel=x, ylabel=axis.ylabel or axis.metric.replace("_", " "))
+  @property
+  def units(self) -> str:
+    """What the y axis counts: the "(units)" of ``ylabel``, else the name."""
+    label = self.ylabel or ""
+    return label[label.index(" (") + 2:].rstrip(")") if " (" in label else self.title
+
+
+# Read at 100% on a laptop: panels of 4.8 x 3.4 in at 110 dpi (528 x 374 px),
+# at most 3 a row, text at matplotlib's 10 pt (15 px).
+PANEL_IN = (4.8, 3.4)
+DPI, MAX_COLS = 110, 3
+X_LABELS = {"epoch": "epoch", "step": "update (step)"}
+
+
+def _style(ax, axis: Axis, x: str, title: str) -> None:
+  ax.set(yscale=axis.yscale, xlabel=X_LABELS.get(x, x), ylabel=axis.units, title=title)
   if x == "step":  # 200k, not 200000: six-digit step counts overlap
     from matplotlib.ticker import EngFormatter  # pylint: disable=g-import-not-at-top
     ax.xaxis.set_major_formatter(EngFormatter())
-  if title:
-    ax.set_title(title)
   if axis.ymax is not None:
     top = ax.get_ylim()[1]
     lowest = min((np.nanmin(l.get_ydata()) for l in ax.get_lines()), default=np.inf)
     ax.set_ylim(0, min(axis.ymax, top) if lowest < axis.ymax else top)
   ax.grid(alpha=0.3)
-  if ax.get_legend_handles_labels()[0]:
-    ax.legend()
 
 
-def _pyplot():
+def pyplot():
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   return plt
 
 
-def _save(fig, path: str | Path, **kwargs) -> Path:
+def save(fig, path: str | Path, **kwargs) -> Path:
   path = Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   fig.savefig(path, **kwargs)
-  _pyplot().close(fig)
+  pyplot().close(fig)
   return path
+
+
+def grid(n: int, title: str | None = None, cols: int | None = None):
+  """A figure of ``n`` panels, at most MAX_COLS a row (the spare cells hidden),
+  and its axes in reading order."""
+  cols = min(cols or n, MAX_COLS, n)
+  rows = -(-n // cols)
+  # Beside the panels: the title's line and the legend's below them.
+  fig, axs = pyplot().subplots(rows, cols, squeeze=False, figsize=(
+      PANEL_IN[0] * cols, PANEL_IN[1] * rows + (0.4 if title else 0) + 0.5))
+  flat = list(axs.flat)
+  for ax in flat[n:]:
+    ax.set_visible(False)
+  if title:
+    fig.suptitle(title)
+  return fig, flat[:n]
+
+
+def finish(fig, axes, path: str | Path) -> Path:
+  """Lays out and saves: one legend below the panels where they share their
+  labels (so that it covers no data), else a legend in each panel."""
+  labels = [tuple(ax.get_legend_handles_labels()[1]) for ax in axes]
+  shared = len(set(labels)) == 1 and labels[0]
+  if shared:
+    handles = axes[0].get_legend_handles_labels()[0]
+    ncol = min(len(handles), 3)
+    fig.legend(handles, labels[0], loc="lower center", ncol=ncol, frameon=False)
+    legend_in = 0.15 + 0.3 * -(-len(handles) // ncol)  # its rows of labels
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
+  else:
+    for ax, l in zip(axes, labels):
+      if l:
+        ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+  return save(fig, path, dpi=DPI)
 
 
 def plot(runs: Runs, path: str | Path, metric: str | Axis, x: str = "epoch",
          title: str | None = None) -> Path:
-  """One metric of each run against ``x`` in one plot; returns ``path``."""
+  """One metric of each run against ``x`` in one titled panel; returns ``path``."""
   axis = metric if isinstance(metric, Axis) else Axis(metric)
-  fig, ax = _pyplot().subplots(figsize=(6, 4))
+  fig, (ax,) = grid(1, title)
   draw(ax, runs, axis.metric, x)
-  _style(ax, axis, x, title)
-  return _save(fig, path, dpi=120, bbox_inches="tight")
+  _style(ax, axis, x, axis.title)
+  return finish(fig, [ax], path)
 
 
 def plot_panels(panels: Mapping[str, Runs], path: str | Path, axes: Sequence[Axis],
                 x: str = "epoch", title: str | None = None) -> Path:
-  """A row per panel (a group of runs, titled by its key) and a column per
-  metric in ``axes``; returns ``path``."""
-  plt = _pyplot()
-  fig, grid = plt.subplots(len(panels), len(axes), figsize=(5 * len(axes), 3.6 * len(panels)),
-                           squeeze=False)
-  for row, (name, runs) in enumerate(panels.items()):
-    for col, axis in enumerate(axes):
-      draw(grid[row, col], runs, axis.metric, x)
-      _style(grid[row, col], axis, x, name)
-  if title:
-    fig.suptitle(title)
-  fig.tight_layout()
-  return _save(fig, path, dpi=100)
+  """A panel per group of runs (``panels``' keys) and metric in ``axes``,
+  titled with the metric (and the group, where there are several), a row per
+  group or, for one group, rows of MAX_COLS; returns ``path``."""
+  cells = [(name, axis) for name in panels for axis in axes]
+  fig, flat = grid(len(cells), title, cols=len(axes) if len(panels) > 1 else None)
+  for ax, (name, axis) in zip(flat, cells):
+    draw(ax, panels[name], axis.metric, x)
+    _style(ax, axis, x, f"{axis.title}, {name}" if len(panels) > 1 and name else axis.title)
+  return finish(fig, flat, path)

@@ -32,6 +32,7 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
+from experiments import figures
 from experiments import loop
 from experiments import optimizers
 from experiments.errors import check, check_common
@@ -221,18 +222,27 @@ def save_samples(state: TrainState, config, ds: iam_ondb.IamOnDB, directory: str
   plt.close(fig)
 
   r = drawn[float(config.sample_bias)]
-  U, end = len(texts[0]), max(int(r["end"][0]), 1)
-  fig, ax = plt.subplots(figsize=(10, 3.5))
-  ax.imshow(r["phi"][0, :end, :U].T, aspect="auto", origin="lower", cmap="Greys",
-            interpolation="nearest")
-  ax.set_yticks(range(U), list(texts[0]), fontsize=6)
-  ax.set_xlabel("pen point t")
-  ax.set_title(f"window phi(t, u), norm={config.norm}, bias {config.sample_bias:g}",
-               fontsize=9)
-  attention = directory / "attention.png"
-  fig.savefig(attention, dpi=100, bbox_inches="tight")
-  plt.close(fig)
+  attention = plot_attention(r["phi"][0, :max(int(r["end"][0]), 1), :len(texts[0])], texts[0],
+                             f"Soft window phi(t, u) while writing a test line's text, "
+                             f"norm={config.norm}, bias {config.sample_bias:g}",
+                             directory / "attention.png")
   return samples, attention
+
+
+def plot_attention(phi_TxU: np.ndarray, text: str, title: str, path: Path) -> Path:
+  """The window's weight on each character (a row, labelled with it) at each
+  pen point, at a size where every label reads: 0.22 in (24 px) a character."""
+  plt = figures.pyplot()
+  U = len(text)
+  fig, ax = plt.subplots(figsize=(10, max(3.0, 0.22 * U + 1.2)))
+  im = ax.imshow(phi_TxU.T, aspect="auto", origin="lower", cmap="Greys",
+                 interpolation="nearest", vmin=0.0)
+  ax.set_yticks(range(U), [repr(c)[1:-1] if c != " " else "␣" for c in text], fontsize=9)
+  ax.set(xlabel="pen point t (row of the written line)", ylabel="character u of the text",
+         title=title)
+  fig.colorbar(im, ax=ax, label="window weight phi(t, u)")
+  fig.tight_layout()
+  return figures.save(fig, path, dpi=figures.DPI)
 
 
 # ------------------------------------------------------------------ the run

@@ -313,8 +313,10 @@ def _curves(records: dict, path: Path, title: str, panel, label) -> None:
   panels = {}
   for key, r in records.items():
     panels.setdefault(panel(key), {})[label(key)] = [s["metrics"] for s in seeds(r)]
-  figures.plot_panels(panels, path, [figures.Axis("train_nll", "train NLL", yscale="log"),
-                                     figures.Axis("test_error", "test error", ymax=0.1)],
+  figures.plot_panels(panels, path, [figures.Axis("train_nll", "train NLL (nats per image)",
+                                                  yscale="log"),
+                                     figures.Axis("test_error", "test error (fraction)",
+                                                  ymax=0.1)],
                       title=title)
 
 
@@ -415,7 +417,7 @@ def fig4(args) -> None:
                     keep=("samples.png", "canvas.png"))
   ms = {n: [s["metrics"] for s in seeds(r)] for n, r in records.items()}
   figures.plot({DRAW_NAMES[n]: m for n, m in ms.items()}, out_dir(args) / "fig4.png",
-               figures.Axis("test_bound", "test bound (nats)"),
+               figures.Axis("test_bound", "test bound (nats per image)"),
                title="DRAW on binarized MNIST (paper Figure 4)")
   # Convergence: epochs each run needs to reach the baseline's final bound
   # (its mean over seeds), and rounder bounds that the baseline passes on its
@@ -492,8 +494,10 @@ def fig2(args) -> None:
                     {k: (k, overrides) for k, (_, overrides) in READER_RUNS.items()})
   ms = {k: r["metrics"] for k, r in records.items()}
   figures.plot({READER_RUNS[k][0]: m for k, m in ms.items()}, out_dir(args) / "fig2.png",
-               figures.Axis("valid_error", "validation error"), x="step",
-               title="Attentive reader (paper Figure 2)")
+               figures.Axis("valid_error", "validation error (fraction)"), x="step",
+               title="Attentive reader, on a stand-in for the CNN corpus (paper Figure 2)"
+               if all(is_standin(r["config"]) for r in records.values())
+               else "Attentive reader (paper Figure 2)")
   c = records["ln"]["config"]
   md = header(args, list(records.values()), "Figure 2: attentive reader")
   md += (f"Setting: {c['features']} LSTM units, embedding {c['embed']}, batch "
@@ -566,10 +570,10 @@ def fig5(args) -> None:
   records = run_all(args, "configs/handwriting.py", {n: (n, {"norm": n}) for n in HW_NAMES},
                     keep=("samples.png", "attention.png"))
   ms = {n: r["metrics"] for n, r in records.items()}
-  figures.plot_panels({"Handwriting on IAM-OnDB (paper Figure 5)":
-                       {HW_NAMES[n]: m for n, m in ms.items()}}, out_dir(args) / "fig5.png",
+  figures.plot_panels({"": {HW_NAMES[n]: m for n, m in ms.items()}}, out_dir(args) / "fig5.png",
                       [figures.Axis("train_nll", "train NLL (nats per line, first rows)"),
-                       figures.Axis("valid_nll", "validation NLL (nats per line)")], x="step")
+                       figures.Axis("valid_nll", "validation NLL (nats per line)")], x="step",
+                      title="Handwriting on IAM-OnDB (paper Figure 5)")
   c = records["none"]["config"]
   md = header(args, list(records.values()), "Figure 5: handwriting synthesis on IAM-OnDB")
   if any(made_before(r.get("git_commit", ""), IAM_READER_FIX) for r in records.values()):
@@ -617,6 +621,9 @@ def _mean_image_nll(config: dict) -> float:
 
 SKIP_METRICS = {"SICK_r": "SICK r", "SICK_rho": "SICK rho", "SICK_mse": "SICK MSE",
                 "MR_acc": "MR", "CR_acc": "CR", "SUBJ_acc": "SUBJ", "MPQA_acc": "MPQA"}
+SKIP_AXES = {"SICK_r": "SICK r (Pearson)", "SICK_rho": "SICK rho (Spearman)",
+             "SICK_mse": "SICK MSE (squared score)",
+             **{f"{t}_acc": f"{t} accuracy (fraction)" for t in ("MR", "CR", "SUBJ", "MPQA")}}
 SKIP_NAMES = {"none": "Ours (GRU)", "layer": "Ours + LN (LN-GRU)"}
 # The paper's Table 3 as printed (arXiv 1607.06450v1): uni-skip, 2400 units,
 # BookCorpus; its models trained 1M updates, the one marked † about 1.7M (1 month).
@@ -685,10 +692,10 @@ def table3(args) -> None:
   records = run_all(args, "configs/skipthoughts.py", {n: (n, {"norm": n}) for n in SKIP_NAMES})
   ms = {n: r["metrics"] for n, r in records.items()}
   shown = [k for k in SKIP_METRICS if k in ms["none"][-1]]
-  figures.plot_panels({"skip-thoughts": {SKIP_NAMES[n]: m for n, m in ms.items()}},
+  figures.plot_panels({"": {SKIP_NAMES[n]: m for n, m in ms.items()}},
                       out_dir(args) / "fig3.png",
-                      [figures.Axis("heldout_nll", "held-out NLL per word")]
-                      + [figures.Axis(k, SKIP_METRICS[k]) for k in shown], x="step",
+                      [figures.Axis("heldout_nll", "held-out NLL (nats per word)")]
+                      + [figures.Axis(k, SKIP_AXES[k]) for k in shown], x="step",
                       title="Skip-thoughts on the Gutenberg stand-in (paper Figure 3)")
   c = records["none"]["config"]
   md = header(args, list(records.values()), "Table 3: skip-thoughts, with and without LN")
