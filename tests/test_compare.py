@@ -106,7 +106,7 @@ def test_series_is_mean_and_range_over_the_x_every_seed_has():
 
 def test_ymax_caps_the_axis_unless_every_curve_lies_above_it(tmp_path, monkeypatch):
   limits = []
-  monkeypatch.setattr(figures, "_save", lambda fig, path, **_: limits.append(
+  monkeypatch.setattr(figures, "save", lambda fig, path, **_: limits.append(
       fig.axes[0].get_ylim()))
   axis = figures.Axis("e", ymax=0.1)
   figures.plot({"a": [{"epoch": 1, "e": 0.5}, {"epoch": 2, "e": 0.05}]}, tmp_path / "a.png", axis)
