@@ -386,7 +386,9 @@ class MetricsWriter:
 
 
 def checkpoint_manager(wd: Path, max_to_keep: int = 2) -> ocp.CheckpointManager:
-  with _orbax_held():
+  # Orbax logs an error for each checkpoint whose metadata does not parse;
+  # restore_latest says what it means in one line.
+  with _orbax_held(show_errors=False):
     return ocp.CheckpointManager(
         wd / "checkpoints",
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
@@ -467,7 +469,7 @@ class _Held(logging.Handler):
 
 
 @contextlib.contextmanager
-def _orbax_held() -> Iterator[_Held]:
+def _orbax_held(show_errors: bool = True) -> Iterator[_Held]:
   """Holds what Orbax and TensorStore print while a checkpoint is written or
   closed: after a failed write each of their threads logs its traceback, and
   callbacks print "Event loop is closed" tracebacks, where the user needs one
@@ -492,7 +494,7 @@ def _orbax_held() -> Iterator[_Held]:
       # run; its errors the user may need.
       sys.stderr.write(text)
       for record in held.records:
-        if record.levelno >= logging.ERROR:
+        if show_errors and record.levelno >= logging.ERROR:
           logger.handle(record)
 
 
