@@ -485,8 +485,6 @@ def _orbax_held(show_errors: bool = True) -> Iterator[_Held]:
     held.failed = True
     raise
   finally:
-    if held.failed:
-      time.sleep(0.5)  # the failed writer's last callbacks, still printing
     text = sys.stderr.getvalue()
     sys.stderr, logger.handlers, logger.propagate = stderr, handlers, propagate
     if not held.failed:
@@ -509,11 +507,15 @@ def save(mngr: ocp.CheckpointManager, step: int, state: Any) -> None:
       mngr.wait_until_finished()
     except Exception as e:  # pylint: disable=broad-except  # Orbax wraps the OSError.
       error, held.failed = e, True
+      time.sleep(0.5)  # the failed writer's last callbacks, still printing
   if error is None:
     return
   cause = _os_cause(error, [r.getMessage() for r in held.records])
   if cause is None:
     raise error
+  # The failed write leaves asyncio tasks whose errors asyncio logs when they
+  # are collected, after this line; the run ends here, with this one line.
+  logging.getLogger("asyncio").disabled = True
   root = Path(mngr.directory)
   for partial in root.glob(f"{step}.orbax-checkpoint-tmp*"):
     shutil.rmtree(partial, ignore_errors=True)
