@@ -1,5 +1,23 @@
-"""A stand-in for the CNN question-answering corpus, built from real text and
+"""Stand-ins for the CNN question-answering corpus, built from real text and
 written in DeepMind's ``.question`` format (``lnorm/data/cnn_questions.py``).
+
+Two kinds (``STANDINS``, the folder names the reader's presets read):
+
+* ``news_standin`` (``build_news``, ``NEWS_STANDINS``): all the news text
+  there is (Reuters-21578, BBC News, ABC news), entities found by spaCy's
+  English NER and merged per article (``lnorm/data/news.py``). Queries are
+  each article's headline (BBC, ABC; Reuters' are in capitals) and its lead,
+  the first sentence, which is not in the passage; the passage is the
+  sentences after the lead, as many whole ones as fit in
+  ``max_passage_tokens``. Each entity named once in a query and present in
+  the passage is one question, anonymised and permuted per question as
+  below. What cannot be used (a file that does not parse, a document with
+  no entities, an answer not in the passage, ...) is counted and skipped
+  (``news.Skips``). ``baselines`` gives Hermann et al.'s maximum-frequency,
+  exclusive-frequency and word-distance errors on any questions.
+* ``cnn_standin``, ``cnn_standin_4`` (``build``): the first stand-in, from
+  ABC news and Gutenberg books with a capitalisation rule for entities, as
+  described next.
 
 Sources: ABC news (``abc.zip``: articles of a headline line and one sentence a
 line, a blank line between articles) and, where the news gives too few
@@ -49,6 +67,7 @@ same inputs and seed give byte-identical files.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import os
@@ -62,13 +81,15 @@ import numpy as np
 
 from lnorm.data import DataError
 from lnorm.data import cnn_questions as cq
+from lnorm.data import news
 
 ABC_FILES = ("abc/rural.txt", "abc/science.txt")
 VERSE = ("blake-poems.txt", "milton-paradise.txt", "whitman-leaves.txt")
 # Whole books held out; the rest is training.
 # The stand-ins the reader's presets read (configs/reader.py questions_dir):
-# folder name -> sentences of context of the books' questions.
-STANDINS = {"cnn_standin": 20, "cnn_standin_4": 4}
+# folder name -> sentences of context of the books' questions; 0: the news
+# stand-in (NEWS_STANDINS), which has no books.
+STANDINS = {"cnn_standin": 20, "cnn_standin_4": 4, "news_standin": 0}
 VALIDATION_BOOKS = ("chesterton-brown.txt", "shakespeare-macbeth.txt")
 TEST_BOOKS = ("carroll-alice.txt", "bryant-stories.txt")
 # Closed-class words that are capitalised only for their position or in titles.
@@ -270,11 +291,11 @@ def file_name(q: cq.Question, index: int) -> str:
   return hashlib.sha1(key).hexdigest() + ".question"
 
 
-def write_splits(out: str | os.PathLike[str], questions: dict[str, list[cq.Question]]
-                 ) -> Path:
-  """Writes ``<out>/cnn/questions/<split>/*.question`` for every split, into a
-  temporary directory first: an existing set is replaced only once the new
-  one is complete."""
+def write_splits(out: str | os.PathLike[str], questions: dict[str, list[cq.Question]],
+                 extra: dict[str, str] | None = None) -> Path:
+  """Writes ``<out>/cnn/questions/<split>/*.question`` for every split, and
+  ``extra`` {file name: text} beside the splits, into a temporary directory
+  first: an existing set is replaced only once the new one is complete."""
   root = Path(out).expanduser() / "cnn"
   final = root / "questions"
   tmp = root / "questions.tmp"
@@ -285,6 +306,8 @@ def write_splits(out: str | os.PathLike[str], questions: dict[str, list[cq.Quest
     d.mkdir(parents=True)
     for i, q in enumerate(questions.get(split, [])):
       cq.write_question(d / file_name(q, i), q)
+  for name, text in (extra or {}).items():
+    (tmp / name).write_text(text, encoding="utf-8")
   if final.exists():
     old = root / "questions.old"
     if old.exists():
@@ -326,3 +349,182 @@ def build(news: Sequence[Document], books: Sequence[Document], seed: int = 0,
     docs["books"][split] += 1
     counts["books"][split] += len(qs)
   return questions, Counts(docs, counts)
+
+
+# --- the news stand-in (news_standin) ----------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class NewsSizes:
+  """How the news stand-in's questions are cut (``news_questions_of``)."""
+  max_passage_tokens: int = 250  # the reader's smoke preset keeps passages <= 250
+  max_query_tokens: int = 50     # longer headlines and leads are no summary
+  fractions: tuple[float, float] = (0.1, 0.1)  # validation, test documents
+
+
+NEWS_STANDINS = {"news_standin": NewsSizes()}
+
+
+def _items(s: "news.Sentence", names: Sequence[str]) -> list[tuple[str, bool]]:
+  """A sentence as (text, is_entity) items, an entity named by its entity."""
+  out, i = [], 0
+  for a, b, e in s.mentions:
+    out += [(t, False) for t in s.tokens[i:a]]
+    out.append((names[e], True))
+    i = b
+  return out + [(t, False) for t in s.tokens[i:]]
+
+
+def news_questions_of(art: "news.Annotated", doc_index: int, seed: int, sizes: NewsSizes,
+                      skips: collections.Counter) -> list[cq.Question]:
+  """The cloze questions of one tagged article. Queries: its headline (where
+  usable) and its lead, the first sentence, which is left out of the passage;
+  the passage: the sentences after the lead, as many whole ones as fit in
+  ``max_passage_tokens``. Each entity named once in a query and present in
+  the passage gives one question (module doc of news.py: merging)."""
+  if len(art.body) < 2:
+    skips["documents too short for a passage"] += 1
+    return []
+  passage, n = [], 0
+  for s in art.body[1:]:
+    if n + len(s.tokens) > sizes.max_passage_tokens:
+      break
+    passage.append(s)
+    n += len(s.tokens)
+  if not passage:
+    skips["documents whose first passage sentence is too long"] += 1
+    return []
+  in_passage = {e for s in passage for _, _, e in s.mentions}
+  ptoks = [t for s in passage for t in _items(s, art.entities)]
+  rng = _rng(seed, doc_index, 3)
+  out = []
+  for q in ((art.headline,) if art.headline else ()) + (art.body[0],):
+    if len(q.tokens) > sizes.max_query_tokens:
+      skips["queries over max_query_tokens"] += 1
+      continue
+    ents = [e for _, _, e in q.mentions]
+    items = _items(q, art.entities)
+    k = -1
+    for _, _, e in q.mentions:
+      k = next(i for i in range(k + 1, len(items)) if items[i][1])
+      if ents.count(e) > 1:
+        skips["answers named twice in their query"] += 1
+      elif e not in in_passage:
+        skips["questions whose answer is not in the passage"] += 1
+      else:
+        masked = [*items[:k], (cq.PLACEHOLDER, False), *items[k + 1:]]
+        out.append(_anonymise(ptoks, masked, art.entities[e], art.name, rng))
+  if not out:
+    skips["documents with no question"] += 1
+  return out
+
+
+def valid_question(q: cq.Question) -> bool:
+  """What the reader needs of a question: one placeholder, the answer in the
+  passage and among the entity lines."""
+  return (q.query.count(cq.PLACEHOLDER) == 1 and q.answer in q.passage
+          and q.answer in dict(q.entities))
+
+
+@dataclasses.dataclass(frozen=True)
+class NewsBuild:
+  questions: dict[str, list[cq.Question]]  # split -> questions
+  documents: dict[str, dict[str, int]]  # source -> split -> documents with questions
+  skips: collections.Counter  # reason -> count (news.Skips)
+
+
+def source_of(url: str) -> str:
+  return url.split("/", 1)[0]
+
+
+def build_news(articles: Sequence["news.Annotated"], seed: int = 0,
+               sizes: NewsSizes = NewsSizes(),
+               skips: collections.Counter | None = None) -> NewsBuild:
+  """{split: questions} of the tagged articles, split by article (a seeded
+  shuffle, ``split_news``). Questions that fail ``valid_question`` are
+  counted and dropped (none should)."""
+  skips = collections.Counter() if skips is None else skips
+  questions: dict[str, list[cq.Question]] = {s: [] for s in cq.SPLITS}
+  docs: dict[str, dict[str, int]] = {}
+  for i, (art, split) in enumerate(zip(articles, split_news(len(articles), seed,
+                                                             sizes.fractions))):
+    qs = news_questions_of(art, i, seed, sizes, skips)
+    bad = [q for q in qs if not valid_question(q)]
+    if bad:
+      skips["questions whose answer is not in the passage"] += len(bad)
+      qs = [q for q in qs if valid_question(q)]
+    if qs:
+      questions[split] += qs
+      d = docs.setdefault(source_of(art.name), {s: 0 for s in cq.SPLITS})
+      d[split] += 1
+  return NewsBuild(questions, docs, skips)
+
+
+def _quantiles(xs: Sequence[float]) -> dict[str, float]:
+  if not xs:
+    return {}
+  q = np.quantile(np.asarray(xs, float), (0.0, 0.5, 0.9, 0.99, 1.0))
+  return {"mean": round(float(np.mean(xs)), 1),
+          **{k: round(float(v), 1) for k, v in zip(("min", "median", "p90", "p99", "max"), q)}}
+
+
+def stats(questions: Sequence[cq.Question]) -> dict[str, object]:
+  """Sizes of a split: questions, passage and query tokens, the entities of a
+  passage (candidates)."""
+  return {"questions": len(questions),
+          "passage_tokens": _quantiles([len(q.passage) for q in questions]),
+          "query_tokens": _quantiles([len(q.query) for q in questions]),
+          "passage_entities": _quantiles([len({t for t in q.passage if cq.entity_id(t) is not None})
+                                          for q in questions])}
+
+
+# --- Hermann et al.'s baselines -------------------------------------------------
+
+WORD_DISTANCE_MAX = 8  # Hermann et al.'s m, the most one query word costs
+
+
+def frequency_answer(q: cq.Question, exclusive: bool = False) -> str | None:
+  """The passage's most frequent entity (the first seen on ties), leaving out
+  those in the query if ``exclusive``; None if none is left. Maximum and
+  exclusive frequency, Hermann et al. 2015 section 4."""
+  skip = set(q.query) if exclusive else set()
+  counts = collections.Counter(t for t in q.passage
+                               if cq.entity_id(t) is not None and t not in skip)
+  return counts.most_common(1)[0][0] if counts else None
+
+
+def word_distance_answer(q: cq.Question, m: int = WORD_DISTANCE_MAX) -> str | None:
+  """Hermann et al.'s word distance benchmark: align the placeholder with
+  each entity occurrence in the passage; each other query word costs the
+  distance between its offset from the placeholder and the nearest same
+  word's offset from the occurrence, at most ``m`` (``m`` if absent). The
+  answer is the entity of the cheapest occurrence (the first on ties)."""
+  k = q.query.index(cq.PLACEHOLDER)
+  where: dict[str, list[int]] = collections.defaultdict(list)
+  for i, t in enumerate(q.passage):
+    where[t].append(i)
+  occ = [p for p, t in enumerate(q.passage) if cq.entity_id(t) is not None]
+  if not occ:
+    return None
+  P = np.asarray(occ)
+  cost = np.zeros(len(occ), np.int64)
+  for j, t in enumerate(q.query):
+    if j == k:
+      continue
+    pos = where.get(t)
+    if pos is None:
+      cost += m
+    else:
+      d = np.abs(np.asarray(pos)[None, :] - P[:, None] - (j - k)).min(1)
+      cost += np.minimum(d, m)
+  return q.passage[occ[int(np.argmin(cost))]]  # argmin: the first on ties
+
+
+def baselines(questions: Sequence[cq.Question]) -> dict[str, float]:
+  """Error rates of the three baselines: ``maxfreq``, ``exclusive`` (what
+  this project called the word-count baseline) and ``word_distance``."""
+  if not questions:
+    return {}
+  n = len(questions)
+  return {"maxfreq": sum(frequency_answer(q) != q.answer for q in questions) / n,
+          "exclusive": sum(frequency_answer(q, True) != q.answer for q in questions) / n,
+          "word_distance": sum(word_distance_answer(q) != q.answer for q in questions) / n}
