@@ -20,7 +20,7 @@ Presets: ``:paper`` (default; the paper's model and batch, for a GPU),
 updates, evaluated on 256 whole validation and test lines every 500: LN
 against the baseline on this 2-core CPU; resumable across sessions),
 ``:smoke`` (a tiny model, 40 lines, 10 updates, for CI).
-Runtime: `python -m scripts.bench_handwriting --shapes cpu,paper --repeats 5`
+Runtime: `python -m scripts.bench.handwriting --shapes cpu,paper --repeats 5`
 times the training step alone (forward, backward, Adam), median of 5
 alternating repeats, on the 2-core CPU with three other jobs on it
 (BENCHMARKS.md, "Recurrent experiments' training steps"):

@@ -38,27 +38,15 @@ with --config.num_train=640 --config.num_eval=64, compile excluded), on the
          (sort_batches, length_buckets) take about half the time of padded
          ones (BENCHMARKS.md, "The attentive reader"): LSTM 0.12 and LN-LSTM
          0.14 s/update beside other jobs (13,200 updates in 25-30 min);
-         BN-LSTM and BN-everywhere about twice that. Padded, as before
-         6c082f8: 0.20-0.27 s/update, about 7 core-hours for the six runs of
-         reproduce.py fig2.
+         BN-LSTM and BN-everywhere about twice that.
   smoke: 1-2 minutes, most of it compiling.
 Paper's result (Figure 2): LN-LSTM reaches a lower validation error sooner
 than the LSTM and both BN variants; LN with gain 1.0 does much better than
 with 0.1. Cooijmans et al.: BN-LSTM and BN-everywhere train faster than the
-LSTM. Ours on the stand-in: with the cpu preset as it was at 570d648 (20-sentence
-book contexts, fixed numbering, 20 epochs; results/fig2_cpu/) every variant
-learned its 7,670 training questions by heart and stayed above Hermann et al.'s
-word-count baselines on held-out ones (best valid error 0.80-0.86 against
-0.68-0.71). Why: results/reader_probe/ (scripts/probe_reader.py): query-
-dependent attention forms only after a plateau that grows fast with the number
-of cues. The present cpu preset renumbers entities at every update, so that
-answers cannot be memorised by number, and trains long enough for an LSTM and
-an LN-LSTM to leave the plateau (results/reader_trials/, which ran with
-padded batches, before sort_batches). With it (results/fig2_cpu/, stand-in data, at
-9d635a0, one seed each): every variant's best validation error lies within
-0.644-0.653, none beats the word-count baseline (0.606); LN-LSTM leaves the
-plateau last (training NLL <= 1.3 at update 7,000, the LSTM at 2,400); BN from
-gains of 1.0 is much slower than from 0.1, LN from 0.1 faster than from 1.0.
+LSTM. Ours (results/fig2_cpu/, stand-in data, one seed each): every variant's
+best validation error lies within 0.644-0.653 and none beats the word-count
+baseline (0.606), so the stand-in cannot answer the claim; why, and the
+presets before this one: results/README.md, "Figure 2".
 """
 
 import ml_collections

@@ -9,7 +9,7 @@ Gutenberg books in ``<data_dir>/text/gutenberg`` (59,125 training triples from
 15 books, 7,213 held-out from 2; lnorm/data/books.py), or ``text_dir`` for any
 folder of one-sentence-a-line books (BookCorpus's own files). Every evaluation
 records the held-out per-word NLL and the SentEval tasks of ``eval_tasks``
-(lnorm/senteval.py; data in ``<data_dir>/senteval``) in metrics.jsonl.
+(lnorm/senteval_protocol.py; data in ``<data_dir>/senteval``) in metrics.jsonl.
 
 Command (one run each):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
@@ -37,13 +37,11 @@ Runtime, on the 2-core CPU:
          the 2 cores and nothing else (tqdm's rate); the committed runs, with
          other jobs at times, took 1h24m (none) and 1h31m (layer) of training,
          about 2 h each with their 6 evaluations.
-  smoke: at a load average of about 20, one epoch of all 59,125 triples at
-         the smoke model's size trained in 45 s, but compiling and evaluating
-         (SICK: 381 s) made it 9 min in all; the preset now trains 200 updates.
+  smoke: a few minutes, most of it compiling and evaluating SICK.
 Paper's result (Table 3, Figure 3; uni-skip, 2400 units, BookCorpus, about 1M
 updates): with LN, SICK r and rho are higher and MSE lower, and MR, CR, SUBJ and
 MPQA accuracies higher, than without; LN also improves faster along training.
-Its rows are printed above ours in results.md (``reproduce.PAPER_TABLE3``). On 1.4M
+Its rows are printed above ours in results.md (``scripts/paper/table3.PAPER_TABLE3``). On 1.4M
 tokens of Gutenberg the absolute numbers cannot come near the paper's; the
 comparison between the two norms can still be made. Ours (the cpu preset,
 results/table3_cpu, one seed, on the stand-in): LN's held-out NLL is lower at

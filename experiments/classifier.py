@@ -1,5 +1,5 @@
 """What the image classifiers (pi_mnist, convnet) share: data, train state,
-steps and evaluation. The run mechanics are experiments/loop.py's.
+steps and evaluation. The run mechanics are experiments/runner/loop.py's.
 
 The whole data set lives on the device; the loop runs each epoch as one jitted
 ``lax.scan`` over its minibatches (``scan_epoch``), so small batches are not
@@ -19,8 +19,8 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from experiments import loop
-from experiments.errors import check, check_common
+from experiments.runner import loop
+from experiments.runner.errors import check, check_common
 from lnorm.data import mnist
 
 Data = dict[str, tuple[np.ndarray, np.ndarray]]
@@ -149,5 +149,5 @@ def task(config: ml_collections.ConfigDict, model: nn.Module, data: Data) -> loo
       # XLA:CPU runs convolutions ~3x slower inside a scan's while loop (ConvNet,
       # batch 128: 446 vs 158 ms a step), and at 100+ ms a step Python dispatch
       # costs nothing.
-      stepwise=not config.scan_epoch,
+      scan_epoch=config.scan_epoch,
       show=("train_nll", "valid_error", "test_error"))

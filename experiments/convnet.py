@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ml_collections
 
-from experiments import classifier, loop, parallel
-from experiments.errors import check
+from experiments import classifier
+from experiments.runner import loop, parallel
+from experiments.runner.errors import check
 from lnorm.convnet import ConvNet
 from lnorm.layers import NORMS
 

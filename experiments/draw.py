@@ -11,7 +11,6 @@ workdir.
 from __future__ import annotations
 
 import functools
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,9 @@ import ml_collections
 import numpy as np
 from flax.training.train_state import TrainState
 
-from experiments import loop
-from experiments import optimizers
-from experiments.errors import check, check_common
+from experiments.runner import loop
+from experiments.runner import train_state as ts
+from experiments.runner.errors import check, check_common
 from lnorm.data import binarized_mnist
 from lnorm.draw import DRAW, NORMS, negative_bound
 
@@ -59,37 +58,23 @@ def load_data(config) -> dict[str, np.ndarray]:
   return out
 
 
+# Independent streams of the seed: init, per-epoch training, evaluation, samples.
+KEYS = ("init", "train", "eval", "sample")
+
+
 def create_model(config) -> DRAW:
-  return _model(num_glimpses=config.num_glimpses, features=config.features,
-                latent=config.latent, read_n=config.read_n, write_n=config.write_n,
-                norm=config.norm, eps=config.eps)
-
-
-# One instance per distinct model (and per optimizer setting, below): jit keys
-# on the TrainState's static fields, and a bound method (apply_fn) compares its
-# instance by identity, so equal configs then share compiled steps.
-@functools.lru_cache(maxsize=None)
-def _model(**fields) -> DRAW:
-  return DRAW(**fields)
-
-
-# For functions run once per process: XLA's backend optimisations off halve
-# their compile time, and their run time is negligible either way.
-_RUN_ONCE = {"xla_backend_optimization_level": 0}
-
-
-@functools.partial(jax.jit, static_argnums=0, compiler_options=_RUN_ONCE)
-def _init_params(model: DRAW, rng: jax.Array) -> Any:
-  # Jitted: unjitted, init would run the glimpse scan op by op.
-  x = jnp.zeros((2, binarized_mnist.NUM_PIXELS), jnp.uint8)
-  return model.init(rng, x, jnp.zeros(model.noise_shape(2)))["params"]
-
+  return ts.model(DRAW, num_glimpses=config.num_glimpses, features=config.features,
+                  latent=config.latent, read_n=config.read_n, write_n=config.write_n,
+                  norm=config.norm, eps=config.eps)
 
 
 def create_train_state(config, rng: jax.Array) -> TrainState:
   model = create_model(config)
-  return TrainState.create(apply_fn=model.apply, params=_init_params(model, rng),
-                           tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
+  x = jnp.zeros((2, binarized_mnist.NUM_PIXELS), jnp.uint8)
+  params = ts.init_variables(model, rng, x, jnp.zeros(model.noise_shape(2)),
+                             fast_compile=True)["params"]
+  return TrainState.create(apply_fn=model.apply, params=params,
+                           tx=ts.adam(config.learning_rate, config.grad_clip_norm))
 
 
 def bound_terms(state: TrainState, params: Any, x_BxD: jax.Array, eps_BxTxZ: jax.Array
@@ -146,14 +131,9 @@ def evaluate(model: DRAW, state: TrainState, x_NxD: jax.Array, key: jax.Array, c
   on ``chunk``, and the same key gives the same noise every epoch.
   """
   n = x_NxD.shape[0]
-  # The last chunk is padded with zero-weight images: one traced step, not two.
-  padded = -(-n // chunk) * chunk
-  x_PxD = jnp.pad(x_NxD, ((0, padded - n), (0, 0)))
-  keys_P = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(padded))
-  w_P = (jnp.arange(padded) < n).astype(jnp.float32)
-  sums_Cx3 = jax.lax.map(lambda b: eval_step(model, state, *b),
-                         (x_PxD.reshape(-1, chunk, x_NxD.shape[1]),
-                          keys_P.reshape(-1, chunk), w_P.reshape(-1, chunk)))
+  (x_CxBxD, i_CxB), w_CxB = ts.padded_chunks((x_NxD, jnp.arange(n)), n, chunk)
+  keys_CxB = jax.vmap(jax.vmap(lambda i: jax.random.fold_in(key, i)))(i_CxB)
+  sums_Cx3 = jax.lax.map(lambda b: eval_step(model, state, *b), (x_CxBxD, keys_CxB, w_CxB))
   sums = jnp.sum(sums_Cx3, 0)
   return {"bound": sums[0] / n, "recon": sums[1] / n, "kl": sums[2] / n}
 
@@ -173,7 +153,7 @@ def sample_arrays(model: DRAW, state: TrainState, key: jax.Array, num_samples: i
   return images[:num_samples, -1], images[:num_canvas]
 
 
-@functools.partial(jax.jit, static_argnums=0, compiler_options=_RUN_ONCE)
+@functools.partial(jax.jit, static_argnums=0, compiler_options=ts.RUN_ONCE)
 def _generate(model: DRAW, params: Any, z_BxTxZ: jax.Array) -> jax.Array:
   return jax.nn.sigmoid(model.apply({"params": params}, z_BxTxZ, method=DRAW.generate))
 
@@ -199,7 +179,7 @@ def save_samples(state: TrainState, config, directory: str | Path, num_samples: 
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   directory = Path(directory)
-  key = _keys(config.seed)["sample"]
+  key = ts.named_keys(config.seed, *KEYS)["sample"]
   samples, canvases = sample_arrays(create_model(config), state, key, num_samples,
                                     num_canvas)
   side = int(np.ceil(np.sqrt(num_samples)))
@@ -233,12 +213,6 @@ def save_samples(state: TrainState, config, directory: str | Path, num_samples: 
   return samples_path, canvas_path
 
 
-def _keys(seed: int) -> dict[str, jax.Array]:
-  """Independent streams: init, per-epoch training, evaluation, samples."""
-  return dict(zip(("init", "train", "eval", "sample"),
-                  jax.random.split(jax.random.key(seed), 4)))
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
   validate(config)
 
@@ -246,7 +220,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
     data = load_data(config)
     x_tr = jnp.asarray(data["train"])
     splits = {s: jnp.asarray(data[s]) for s in SPLIT_IDS}
-    keys = _keys(config.seed)
+    keys = ts.named_keys(config.seed, *KEYS)
     model = create_model(config)
     train = feed(model, x_tr, keys["train"], config.batch_size)
 

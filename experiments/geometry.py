@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import workdir as wdir
+from experiments.runner import workdir as wdir
 from lnorm import fisher as fi
 
 D, H, N = 4, 3, 16  # inputs, units (classes), data points

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,10 +31,10 @@ import numpy as np
 import optax
 from flax.training.train_state import TrainState
 
-from experiments import figures
-from experiments import loop
-from experiments import optimizers
-from experiments.errors import check, check_common
+from experiments.runner import figures
+from experiments.runner import loop
+from experiments.runner import train_state as ts
+from experiments.runner.errors import check, check_common
 from lnorm import handwriting as hw
 from lnorm.data import iam_ondb
 
@@ -66,11 +65,11 @@ def load_data(config) -> iam_ondb.IamOnDB:
 
 
 def create_model(config) -> hw.Synthesis:
-  return _model(hw.Synthesis, **_fields(config))
+  return ts.model(hw.Synthesis, **_fields(config))
 
 
 def create_step_model(config) -> hw.SynthesisStep:
-  return _model(hw.SynthesisStep, **_fields(config))
+  return ts.model(hw.SynthesisStep, **_fields(config))
 
 
 def _fields(config) -> dict:
@@ -79,22 +78,15 @@ def _fields(config) -> dict:
               eps=config.eps)
 
 
-@functools.lru_cache(maxsize=None)
-def _model(cls, **fields):
-  return cls(**fields)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _init_params(model: hw.Synthesis, rng: jax.Array) -> Any:
-  x = jnp.zeros((1, 2, 3))
-  return model.init(rng, x, jnp.zeros((1, 2), jnp.int32))["params"]
 
 
 
 def create_train_state(config, rng: jax.Array) -> TrainState:
   model = create_model(config)
-  return TrainState.create(apply_fn=model.apply, params=_init_params(model, rng),
-                           tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
+  params = ts.init_variables(model, rng, jnp.zeros((1, 2, 3)),
+                             jnp.zeros((1, 2), jnp.int32))["params"]
+  return TrainState.create(apply_fn=model.apply, params=params,
+                           tx=ts.adam(config.learning_rate, config.grad_clip_norm))
 
 
 def line_nll(model: hw.Synthesis, params, batch: dict, clip: jax.Array | None = None
@@ -255,7 +247,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
     ds = load_data(config)
     data = {k: jnp.asarray(v) for k, v in train_arrays(ds.train, config.num_train,
                                                        config.max_len).items()}
-    keys = dict(zip(("init", "train"), jax.random.split(jax.random.key(config.seed))))
+    keys = ts.named_keys(config.seed, "init", "train")
     model = create_model(config)
     train = feed(data, keys["train"], config.batch_size)
     spe = train.steps_per_epoch
@@ -277,7 +269,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
         train_step=functools.partial(train_step, model, float(config.output_grad_clip)),
         feed=train, evaluate=evaluate_splits,
         num_steps=config.num_steps or config.num_epochs * spe, steps_per_epoch=spe,
-        examples_per_step=config.batch_size, stepwise=True,
+        examples_per_step=config.batch_size, scan_epoch=False,
         show=("train_nll", "valid_nll", "valid_nll_point"),
         finish=lambda state, wd: save_samples(state, config, ds, wd) if config.num_samples else None)
 

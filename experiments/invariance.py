@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import workdir as wdir
-from experiments.errors import check, check_common
+from experiments.runner import workdir as wdir
+from experiments.runner.errors import check, check_common
 from lnorm import recurrent
 from lnorm.layers import NormDense
 

@@ -24,9 +24,9 @@ import ml_collections
 import numpy as np
 from flax.training import train_state
 
-from experiments import loop
-from experiments import optimizers
-from experiments.errors import check, check_common
+from experiments.runner import loop
+from experiments.runner import train_state as ts
+from experiments.runner.errors import check, check_common
 from lnorm import reader
 from lnorm.data import DataError, resolve_data_dir
 from lnorm.data import cloze
@@ -165,7 +165,7 @@ def create_train_state(config, model: reader.AttentiveReader, example: dict[str,
   variables = jax.jit(functools.partial(reader.init, model))(rng, inputs)
   return TrainState.create(apply_fn=model.apply, params=variables["params"],
                            batch_stats=variables.get("batch_stats", {}),
-                           tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
+                           tx=ts.adam(config.learning_rate, config.grad_clip_norm))
 
 
 def permute_entities(batch: dict[str, jax.Array], key: jax.Array, ent_tok_E: jax.Array
@@ -228,10 +228,7 @@ def evaluate(state: TrainState, data: dict[str, jax.Array], chunk: int,
   """Mean NLL and error over a whole split, in chunks (the last padded with
   zero-weight questions), each cut to ``buckets``' lengths."""
   n = data["answer"].shape[0]
-  padded = -(-n // chunk) * chunk
-  pad = lambda a: jnp.pad(a, ((0, padded - n),) + ((0, 0),) * (a.ndim - 1))
-  chunks = {k: pad(v).reshape((-1, chunk) + v.shape[1:]) for k, v in data.items()}
-  w = (jnp.arange(padded) < n).astype(jnp.float32).reshape(-1, chunk)
+  chunks, w = ts.padded_chunks(data, n, chunk)
   sums = jnp.sum(jax.lax.map(
       lambda b: by_length(lambda c: eval_step(state, c, b[1]), b[0], buckets), (chunks, w)), 0)
   return {"nll": sums[0] / n, "error": sums[1] / n}
@@ -269,7 +266,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
 
   def setup() -> loop.Task:
     arrays, sizes = load_data(config)
-    init_key, train_key = jax.random.split(jax.random.key(config.seed))
+    keys = ts.named_keys(config.seed, "init", "train")
+    init_key, train_key = keys["init"], keys["train"]
     model = create_model(config, **{k: v for k, v in sizes.items() if k != "entity_tokens"})
     step, buckets = make_train_step(config, sizes, train_key)
     data = {k: {n: jnp.asarray(a) for n, a in v.items()} for k, v in arrays.items()}

@@ -1,11 +1,11 @@
 """Skip-thought vectors with and without layer-normalized GRUs (paper §6.3,
-Table 3, Figure 3), on the shared run loop (experiments/loop.py).
+Table 3, Figure 3), on the shared run loop (experiments/runner/loop.py).
 
 Trains the uni-skip model (lnorm/skipthoughts.py) on (previous, current, next)
 sentence triples (lnorm/data/books.py) with Adam after global-norm gradient
 clipping, as Kiros et al.'s code does. Every evaluation records the held-out
 books' per-word NLL and the SentEval tasks of ``config.eval_tasks``
-(lnorm/senteval.py) into metrics.jsonl, so that Figure 3's curves are the
+(lnorm/senteval_protocol.py) into metrics.jsonl, so that Figure 3's curves are the
 ``SICK_r``, ``MR_acc``, ... columns against ``step``.
 """
 
@@ -20,10 +20,10 @@ import ml_collections
 import numpy as np
 from flax.training.train_state import TrainState
 
-from experiments import loop
-from experiments import optimizers
-from experiments.errors import check, check_common
-from lnorm import senteval, skipthoughts
+from experiments.runner import loop
+from experiments.runner import train_state as ts
+from experiments.runner.errors import check, check_common
+from lnorm import senteval_protocol, skipthoughts
 from lnorm.data import books
 from lnorm.skipthoughts import NORMS, SkipThoughts
 
@@ -39,12 +39,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm} must be >= 0")
   check(config.num_train >= 0, f"num_train={config.num_train} must be 0 (all) or more")
   check(config.num_heldout >= 0, f"num_heldout={config.num_heldout} must be >= 0")
-  bad = [t for t in config.eval_tasks.split(",") if t and t not in senteval.TASKS]
-  check(not bad, f"eval_tasks has {bad}; choose from: {', '.join(senteval.TASKS)}")
+  bad = [t for t in config.eval_tasks.split(",") if t and t not in senteval_protocol.TASKS]
+  check(not bad, f"eval_tasks has {bad}; choose from: {', '.join(senteval_protocol.TASKS)}")
   check(config.eval_folds >= 2, f"eval_folds={config.eval_folds} must be at least 2")
   check(config.eval_inner_folds == 0 or config.eval_inner_folds >= 2,
         f"eval_inner_folds={config.eval_inner_folds} must be 0 (C = 1) or at least 2")
-  least = senteval.min_examples(config.eval_folds, config.eval_inner_folds)
+  least = senteval_protocol.min_examples(config.eval_folds, config.eval_inner_folds)
   check(config.eval_max_examples == 0 or config.eval_max_examples >= least,
         f"eval_max_examples={config.eval_max_examples} is too few for {config.eval_folds} "
         f"folds{f' and {config.eval_inner_folds} inner folds' if config.eval_inner_folds else ''}"
@@ -74,28 +74,18 @@ def load_corpus(config) -> books.Corpus:
   return corpus
 
 
-@functools.lru_cache(maxsize=None)  # equal configs share jitted steps (see draw.py)
-def _model(**fields) -> SkipThoughts:
-  return SkipThoughts(**fields)
-
-
 def create_model(config, vocab_size: int) -> SkipThoughts:
-  return _model(vocab_size=vocab_size, embed_dim=config.embed_dim, features=config.features,
+  return ts.model(SkipThoughts, vocab_size=vocab_size, embed_dim=config.embed_dim, features=config.features,
                 norm=config.norm, eps=config.eps)
 
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2))
-def _init_params(model: SkipThoughts, rng: jax.Array, max_len: int) -> Any:
-  t = jnp.ones((2, max_len), jnp.int32)
-  return model.init(rng, t, t, t)["params"]
-
-
 def create_train_state(config, vocab_size: int, rng: jax.Array) -> TrainState:
   model = create_model(config, vocab_size)
+  t = jnp.ones((2, config.max_len), jnp.int32)
   return TrainState.create(apply_fn=model.apply,
-                           params=_init_params(model, rng, config.max_len),
-                           tx=optimizers.adam(config.learning_rate, config.grad_clip_norm))
+                           params=ts.init_variables(model, rng, t, t, t)["params"],
+                           tx=ts.adam(config.learning_rate, config.grad_clip_norm))
 
 
 def train_step(model: SkipThoughts, state: TrainState, batch: tuple[jax.Array, ...]
@@ -145,7 +135,7 @@ def evaluate(model: SkipThoughts, params: Any, vocab: books.Vocab, config,
              corpus: books.Corpus | None = None, senteval_data: Any = None
              ) -> dict[str, float]:
   """Held-out NLL (if ``corpus``) and the SentEval metrics of ``config.eval_tasks``
-  (on ``senteval_data``, what ``senteval.load`` read, or the files)."""
+  (on ``senteval_data``, what ``senteval_protocol.load`` read, or the files)."""
   out = {}
   if corpus is not None and len(corpus.heldout):
     out["heldout_nll"] = heldout_nll(model, params, corpus.heldout, config.num_heldout,
@@ -154,15 +144,11 @@ def evaluate(model: SkipThoughts, params: Any, vocab: books.Vocab, config,
     encode = skipthoughts.make_encoder(model, params, vocab, batch_size=config.eval_batch_size,
                                        max_len=config.eval_max_len)
     inner = config.eval_inner_folds
-    out |= senteval.evaluate(encode, tasks(config), config.data_dir, n_folds=config.eval_folds,
-                             inner_folds=max(inner, 2), Cs=senteval.CS if inner else (1.0,),
+    out |= senteval_protocol.evaluate(encode, tasks(config), config.data_dir, n_folds=config.eval_folds,
+                             inner_folds=max(inner, 2), Cs=senteval_protocol.CS if inner else (1.0,),
                              max_examples=config.eval_max_examples, seed=config.seed + 1111,
                              loaded=senteval_data)
   return out
-
-
-def _keys(seed: int) -> dict[str, jax.Array]:
-  return dict(zip(("init", "train"), jax.random.split(jax.random.key(seed), 2)))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> TrainState:
@@ -171,8 +157,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
   def setup() -> loop.Task:
     corpus = load_corpus(config)
     # Every SentEval file is read now: a wrong data_dir fails before training.
-    senteval_data = senteval.load(tasks(config), config.data_dir)
-    keys = _keys(config.seed)
+    senteval_data = senteval_protocol.load(tasks(config), config.data_dir)
+    keys = ts.named_keys(config.seed, "init", "train")
     model = create_model(config, len(corpus.vocab))
     train = feed(corpus.train, keys["train"], config.batch_size)
     return loop.Task(

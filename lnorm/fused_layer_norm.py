@@ -296,9 +296,10 @@ ad.primitive_transposes[tangent_p] = _tangent_transpose
 ad.primitive_transposes[backward_p] = _backward_transpose
 
 
-def layer_norm(x: Array, gain: Array, bias: Array, *, axes: Axes, eps: float,
-               native: bool = True) -> Array:
-  """``gain * x_hat + bias`` over ``axes`` (sorted); gain and bias have the
+def normalize(x: Array, gain: Array, bias: Array, *, axes: Axes, eps: float,
+              native: bool = True) -> Array:
+  """The primitive behind ``lnorm.normalization.layer_norm`` (which checks and
+  casts the arguments): ``gain * x_hat + bias`` over ``axes`` (sorted); gain and bias have the
   shape ``x.shape[axes]`` and the stat dtype. Output in x's dtype.
   ``native=False`` keeps to the XLA version on CPU too (benchmarks)."""
   return forward_p.bind(x, gain, bias, axes=tuple(axes), eps=float(eps),

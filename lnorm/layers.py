@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import flax.linen as nn
 from flax.linen.dtypes import promote_dtype

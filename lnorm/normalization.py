@@ -159,7 +159,7 @@ def layer_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
           else _check_param(gain, x.shape, axes, "gain").astype(dt))
   bias = (jnp.zeros(fshape, dt) if bias is None
           else _check_param(bias, x.shape, axes, "bias").astype(dt))
-  return fused_layer_norm.layer_norm(x, gain, bias, axes=axes, eps=eps)
+  return fused_layer_norm.normalize(x, gain, bias, axes=axes, eps=eps)
 
 
 def rms_norm(x: Array, gain: Array | None = None, bias: Array | None = None,

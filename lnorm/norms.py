@@ -21,6 +21,18 @@ NONE, LAYER, LAYER_C, BATCH, WEIGHT, RMS = "none", "layer", "layer_c", "batch", 
 NORMS = (NONE, LAYER, LAYER_C, BATCH, WEIGHT, RMS)
 
 
+# What figures and tables call each norm: alone ("Layer norm"), and as the
+# prefix of a network ("LN-LSTM"; the baseline is the bare network).
+LABELS = {NONE: "Baseline", LAYER: "Layer norm", LAYER_C: "LN on c_t", BATCH: "Batch norm",
+          WEIGHT: "Weight norm", RMS: "RMS norm"}
+PREFIXES = {NONE: "", LAYER: "LN-", LAYER_C: "LN(c)-", BATCH: "BN-", WEIGHT: "WN-", RMS: "RMS-"}
+
+
+def label(norm: str, network: str | None = None) -> str:
+  """``label("layer")`` is "Layer norm"; ``label("layer", "LSTM")`` is "LN-LSTM"."""
+  return LABELS[norm] if network is None else PREFIXES[norm] + network
+
+
 def supported(*names: str) -> tuple[str, ...]:
   """A model's subset of ``NORMS``, checked when the module is imported."""
   unknown = [n for n in names if n not in NORMS]

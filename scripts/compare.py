@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from experiments import figures, loop  # noqa: E402
+from experiments.runner import figures, loop  # noqa: E402
 
 # Bookkeeping fields of a metrics record, not metrics to compare.
 NOT_METRICS = ("step", "epoch", "wall_time", "epoch_time_s", "examples_per_sec")

@@ -29,6 +29,8 @@ import zlib
 if __package__ in (None, ""):  # Run as `python scripts/download_data.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from lnorm.data import files  # pylint: disable=wrong-import-position
+
 from lnorm.data import binarized_mnist, mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _TIMEOUT_S = 60
@@ -135,7 +137,7 @@ def download(name: str, data_dir: str | None = None, force: bool = False,
              log: Callable[[str], None] = print) -> Path:
   """Fetches every file of data set ``name``; returns its directory."""
   dataset = DATASETS[name]
-  directory = mnist.resolve_data_dir(data_dir) / name
+  directory = files.resolve_data_dir(data_dir) / name
   try:
     directory.mkdir(parents=True, exist_ok=True)
   except OSError as e:
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("dataset", choices=sorted(DATASETS))
   parser.add_argument("--data_dir", default=None,
-                      help=f"default: ${mnist.DATA_DIR_ENV}, else {mnist.DEFAULT_DATA_DIR}")
+                      help=f"default: ${files.DATA_DIR_ENV}, else {files.DEFAULT_DATA_DIR}")
   parser.add_argument("--force", action="store_true",
                       help="download even the files that are present and valid")
   args = parser.parse_args(argv)

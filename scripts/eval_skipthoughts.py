@@ -8,7 +8,7 @@ Usage::
 
 Reads the run's config.json, rebuilds its vocabulary from the same training
 text, restores the checkpoint at ``--step`` (default: the newest) and runs
-lnorm/senteval.py with SentEval's full protocol by default (10 folds, C chosen
+lnorm/senteval_protocol.py with SentEval's full protocol by default (10 folds, C chosen
 by 5 inner folds, every sentence). Prints the metrics and writes them to
 ``W/eval/step_<N>.json``. Mistakes are one line and exit status 2.
 """
@@ -27,9 +27,9 @@ import orbax.checkpoint as ocp
 
 from configs import skipthoughts as skip_config
 from experiments import skipthoughts as exp
-from experiments import workdir as wdir
-from experiments.errors import UserError
-from lnorm import senteval
+from experiments.runner import workdir as wdir
+from experiments.runner.errors import UserError
+from lnorm import senteval_protocol
 from lnorm.data import DataError
 
 
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--workdir", required=True)
   p.add_argument("--step", type=int, default=None)
-  p.add_argument("--tasks", default=",".join(senteval.TASKS))
+  p.add_argument("--tasks", default=",".join(senteval_protocol.TASKS))
   p.add_argument("--folds", type=int, default=10)
   p.add_argument("--inner_folds", type=int, default=5, help="0 = C = 1, no selection")
   p.add_argument("--max_examples", type=int, default=0, help="0 = every sentence")

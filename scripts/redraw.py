@@ -7,16 +7,14 @@ training anything: the records are copied into a scratch runs folder, where
 
 Only the figures are kept: the records and results.md in results/ are put back
 as they were (a results.md is rewritten only by a real ``reproduce.py`` run).
-A record older than a config field lacks it; the scratch copy gets the
-preset's value for it, so that reproduce.py does not take the record for
-another run (the field did not exist when it ran). Should anything still need
-training, the script stops with one line instead.
+A record older than a config field counts as finished all the same
+(``scripts/paper/runs.finished``). Should anything still need training, the
+script stops with one line instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 import shutil
 import subprocess
@@ -57,16 +55,10 @@ def main(argv: list[str] | None = None) -> int:
   if not src.is_dir():
     print(f"error: {src} not found: nothing committed to redraw", file=sys.stderr)
     return 1
-  want = json.loads(json.dumps(
-      reproduce._config_module(CONFIGS[a.target]).get_config(a.preset).to_dict()))  # pylint: disable=protected-access
   with tempfile.TemporaryDirectory() as tmp:
     runs = Path(tmp) / a.target / a.preset
     for d in (d for d in src.iterdir() if (d / "config.json").is_file()):
       shutil.copytree(d, runs / d.name)
-      rec = json.loads((runs / d.name / "config.json").read_text())
-      for k, v in want.items():
-        rec["config"].setdefault(k, v)
-      (runs / d.name / "config.json").write_text(json.dumps(rec))
     subprocess.Popen = _no_training  # reproduce.py starts its runs with it
     try:
       reproduce.main([a.target, "--preset", a.preset, "--runs_dir", tmp,

@@ -7,7 +7,7 @@ import sys
 
 from absl import app
 
-from experiments import main
+from experiments.runner import cli as main
 from lnorm.data import mnist
 
 if __name__ == "__main__":

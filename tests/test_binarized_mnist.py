@@ -15,16 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lnorm.data import DataError, binarized_mnist as bm, mnist
+from lnorm.data import files
+
+from lnorm.data import DataError, binarized_mnist as bm
 
 # Read before the autouse fixture below clears it.
-REAL_DATA_DIR = os.environ.get(mnist.DATA_DIR_ENV, "")
+REAL_DATA_DIR = os.environ.get(files.DATA_DIR_ENV, "")
 NUM = {"train": 6, "valid": 3, "test": 4}
 
 
 @pytest.fixture(autouse=True)
 def no_env(monkeypatch):
-  monkeypatch.delenv(mnist.DATA_DIR_ENV, raising=False)
+  monkeypatch.delenv(files.DATA_DIR_ENV, raising=False)
 
 
 def amat_bytes(images: np.ndarray) -> bytes:
@@ -77,7 +79,7 @@ def test_gz_wins_over_uncompressed(tmp_path):
 
 def test_env_var_and_dispatcher(tmp_path, monkeypatch):
   arrays, checksums = write_amat(tmp_path)
-  monkeypatch.setenv(mnist.DATA_DIR_ENV, str(tmp_path))
+  monkeypatch.setenv(files.DATA_DIR_ENV, str(tmp_path))
   monkeypatch.setattr(bm, "SHA256", checksums)
   np.testing.assert_array_equal(bm.load("amat")["valid"], arrays["valid"])
   with pytest.raises(DataError, match="data_source='idx' is not valid; choose one of: amat, tfds"):

@@ -1,4 +1,4 @@
-"""scripts/compare.py and experiments/figures.py: curves and a comparison
+"""scripts/compare.py and experiments/runner/figures.py: curves and a comparison
 table from any set of workdirs."""
 
 import json
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from configs import pi_mnist as pi_mnist_config
-from experiments import figures, pi_mnist
+from experiments import pi_mnist
+from experiments.runner import figures
 from lnorm.data import mnist
 from scripts import compare
 from tests.run_records import REPO
@@ -136,6 +137,7 @@ def test_mean_sd_matches_statistics():
      "{a} has no metric 'valid_bound'; its metrics: test_error, train_nll"),
     (["{a}", "--out", "{tmp}/fig.pgn"], "--out {tmp}/fig.pgn: the name must end in one of: "),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_draws_nothing(tmp_path, args, message):
   paths = {"a": fake_run(tmp_path / "a", {"norm": "layer"}, [0.3]), "missing": tmp_path / "x",
            "empty": tmp_path / "empty", "tmp": tmp_path}
@@ -150,6 +152,7 @@ def test_bad_input_is_one_line_and_draws_nothing(tmp_path, args, message):
   assert not list(tmp_path.glob("*.p*g"))
 
 
+@pytest.mark.slow
 def test_two_tiny_real_runs(tmp_path, monkeypatch, capsys):
   _, checksums = write_dataset(tmp_path / "data", num={"train": 96, "test": 16})
   monkeypatch.setitem(mnist.MD5, "mnist", checksums)
@@ -173,7 +176,7 @@ def test_two_tiny_real_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_accuracies_and_correlations_are_better_higher_all_else_lower():
-  from experiments import loop
+  from experiments.runner import loop
   assert all(map(loop.higher_is_better, ("MR_acc", "valid_accuracy", "recall_at_1", "SICK_r",
                                          "SICK_rho")))
   assert not any(map(loop.higher_is_better, ("SICK_mse", "heldout_nll", "valid_error",

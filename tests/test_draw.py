@@ -14,10 +14,10 @@ import pytest
 
 from configs import draw as draw_config
 from experiments import draw as draw_exp
-from experiments import loop
-from experiments import workdir as wdir
-from experiments import figures
-from experiments.errors import ConfigError, NonFiniteLossError
+from experiments.runner import loop
+from experiments.runner import workdir as wdir
+from experiments.runner import figures
+from experiments.runner.errors import ConfigError, NonFiniteLossError
 from lnorm import draw
 from lnorm.data import binarized_mnist as bm
 from tests.run_records import metrics, run_cli, without_timing
@@ -164,6 +164,7 @@ def evaluate(config, state, x, key, chunk: int, fast: bool):
   return draw_exp.evaluate.lower(model, state, x, key, chunk).compile(FAST)(state, x, key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", draw.NORMS)
 def test_bound_at_initialisation_then_training(norm):
   fast = norm != tiny_config().norm
@@ -186,6 +187,7 @@ def test_bound_at_initialisation_then_training(norm):
   assert bounds[-1] < bounds[0] < LN2_784 + 1
 
 
+@pytest.mark.slow
 def test_evaluation_does_not_depend_on_the_chunk():
   config = tiny_config()
   state = draw_exp.create_train_state(config, jax.random.key(0))
@@ -228,6 +230,7 @@ def tiny(tmp_path, monkeypatch):
   return tiny_config(data_dir=str(tmp_path / "data"))
 
 
+@pytest.mark.slow
 def test_workdir_contents_and_resume(tiny, tmp_path):
   wd = tmp_path / "run"
   draw_exp.train_and_evaluate(tiny, str(wd))
@@ -253,6 +256,7 @@ def test_workdir_contents_and_resume(tiny, tmp_path):
   assert figure.stat().st_size
 
 
+@pytest.mark.slow
 def test_nan_stops_and_keeps_last_good_checkpoint(tiny, tmp_path, monkeypatch):
   wd = tmp_path / "run"
   tiny.num_epochs = 1
@@ -300,6 +304,7 @@ def test_presets():
     draw_config.get_config("gpu")
 
 
+@pytest.mark.slow
 def test_cli_rejects_unknown_norm(tmp_path):
   wd = tmp_path / "run"
   r = run_cli("--config=configs/draw.py:smoke", f"--workdir={wd}", "--config.norm=batch",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from experiments import figures
+from experiments.runner import figures
 from experiments.handwriting import plot_attention
 from scripts import compare
 

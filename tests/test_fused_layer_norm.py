@@ -57,7 +57,7 @@ def test_native_kernels_serve_float32_trailing_axes_on_cpu():
   assert "custom_call" not in hlo(lambda x: N.layer_norm(x, axis=0), x)
   assert "custom_call" not in hlo(N.layer_norm, x.astype(jnp.bfloat16))
   assert "custom_call" not in hlo(
-      lambda x: F.layer_norm(x, g, b, axes=(1,), eps=EPS, native=False), x)
+      lambda x: F.normalize(x, g, b, axes=(1,), eps=EPS, native=False), x)
 
 
 # Shapes: one row chunk; rows of a length that is not a multiple of the
@@ -137,6 +137,7 @@ def test_long_rows_match_float64(kind, rows, n, impl):
     assert rel_err(o, r) < 1e-6
 
 
+@pytest.mark.slow
 def test_forward_mode_and_second_order_match_float64(impl):
   x, g, b, _ = data((6, 50))
   t = RNG.normal(size=x.shape).astype(np.float32)
@@ -164,6 +165,7 @@ def test_forward_mode_and_second_order_match_float64(impl):
   assert rel_err(ours, ref) < 1e-3
 
 
+@pytest.mark.slow
 def test_vmap_over_inputs_and_over_gains(impl):
   x, g, b, dy = data((4, 6, 40))
   gs = np.stack([g, 2 * g, -g, g + 1])
@@ -205,6 +207,7 @@ def test_native_mode_must_be_known(monkeypatch):
     native.mode()
 
 
+@pytest.mark.slow
 def test_native_off_and_a_missing_compiler(tmp_path):
   # In a fresh process: load() caches its answer per process.
   code = ("import warnings; warnings.simplefilter('error')\n"
@@ -223,6 +226,7 @@ def test_native_off_and_a_missing_compiler(tmp_path):
   assert out.startswith("RuntimeError lnorm: LNORM_NATIVE=require")
 
 
+@pytest.mark.slow
 def test_build_is_cached(tmp_path, monkeypatch):
   if native.mode() == "off":
     pytest.skip("LNORM_NATIVE=off")

@@ -117,6 +117,7 @@ def line_nll_fn(model, params, inputs, targets, chars, char_mask, mask):
 line_nll = jit(line_nll_fn, static_argnums=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["layer"])  # recurrent's tests cover the LSTM's masks for each norm
 def test_masked_lines_equal_lines_alone(norm):
   model = hw.Synthesis(norm=norm, **SMALL)
@@ -137,6 +138,7 @@ def test_masked_lines_equal_lines_alone(norm):
     np.testing.assert_allclose(got[b], alone[0], rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", hw.NORMS)
 def test_step_equals_sequence(norm):
   """SynthesisStep, fed the same inputs point by point, is the same network."""
@@ -175,6 +177,7 @@ def test_clip_gradient():
   np.testing.assert_array_equal(g, [2.0, -1.0, -2.0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", hw.NORMS)
 def test_a_few_adam_steps_stay_finite_and_learn(norm):
   model = hw.Synthesis(norm=norm, **SMALL)
@@ -198,6 +201,7 @@ def test_a_few_adam_steps_stay_finite_and_learn(norm):
   assert all(np.isfinite(np.asarray(a)).all() for a in jax.tree_util.tree_leaves(params))
 
 
+@pytest.mark.slow
 def test_sample_shapes_and_bias():
   model = hw.Synthesis(**SMALL)
   step = hw.SynthesisStep(**SMALL)

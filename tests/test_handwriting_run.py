@@ -15,6 +15,9 @@ from lnorm.data import iam_ondb as iam
 from tests.run_records import metrics, straight_and_resumed, without_timing
 from tests.test_iam_ondb import write
 
+# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 NUM_TRAIN, BATCH, EVAL_EVERY = 8, 4, 3  # 2 updates an epoch; an evaluation inside epoch 2
 
 
@@ -54,7 +57,7 @@ def tiny_config(tmp_path, monkeypatch):
 
 def test_resumed_run_equals_straight_run_and_writes_whole_outputs(tiny_config, tmp_path):
   from experiments import handwriting as exp
-  from experiments import workdir as wdir
+  from experiments.runner import workdir as wdir
   straight, s_state, resumed, r_state = straight_and_resumed(
       exp.train_and_evaluate, tiny_config, tmp_path, stop_after=2)
 

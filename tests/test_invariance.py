@@ -60,6 +60,7 @@ def test_transformations_do_what_they_say():
   np.testing.assert_allclose(d, np.repeat(d[:1], 6, axis=0), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_recurrent_invariance(config):
   rnn = inv.recurrent_changes(config)
   assert all(v > 0.05 for v in rnn["LSTM"].values())
@@ -115,10 +116,11 @@ def test_output_states_scale_and_eps(config, changes):
   assert "(eps=1e-09), the same as the paper's: Batch norm yes, Weight norm yes, Layer norm yes" in md
 
 
+@pytest.mark.slow
 def test_the_workdir_is_locked_while_it_measures(config, tmp_path, monkeypatch, capsys):
   import fcntl  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
-  from experiments.workdir import UserError  # pylint: disable=g-import-not-at-top
+  from experiments.runner.workdir import UserError  # pylint: disable=g-import-not-at-top
   held, measure = [], inv.measure
 
   def measure_and_try_the_lock(*args, **kwargs):

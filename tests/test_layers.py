@@ -128,6 +128,7 @@ def test_float32_inputs_with_x64_on_give_float32_params_and_outputs(kind, norm):
     assert {a.dtype for a in jax.tree.leaves(upd)} <= {jnp.dtype(jnp.float32)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dense", "conv"])
 @pytest.mark.parametrize("norm", NORMS)
 def test_dtype_and_param_dtype_as_in_flax(kind, norm):

@@ -25,11 +25,14 @@ import optax
 import pytest
 from flax.training.train_state import TrainState
 
-from experiments import loop
-from experiments import workdir as wdir
-from experiments.errors import NonFiniteLossError, UserError
+from experiments.runner import loop
+from experiments.runner import workdir as wdir
+from experiments.runner.errors import NonFiniteLossError, UserError
 from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.tiny_data import write_dataset
+
+# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
 
 N, D, B = 48, 5, 8  # 6 steps an epoch
 
@@ -42,7 +45,7 @@ def toy_config(**overrides) -> ml_collections.ConfigDict:
   return c
 
 
-def toy_task(config, stepwise: bool = False) -> loop.Task:
+def toy_task(config, scan_epoch: bool = True) -> loop.Task:
   """Least squares on fixed random data, SGD, shuffled epochs."""
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(N, D)), jnp.float32)
@@ -66,7 +69,7 @@ def toy_task(config, stepwise: bool = False) -> loop.Task:
       state=state, train_step=train_step, feed=feed,
       evaluate=lambda s: {"valid_mse": float(jnp.mean((x @ s.params["w"] - y) ** 2))},
       num_steps=config.num_steps or config.num_epochs * feed.steps_per_epoch,
-      steps_per_epoch=feed.steps_per_epoch, examples_per_step=B, stepwise=stepwise,
+      steps_per_epoch=feed.steps_per_epoch, examples_per_step=B, scan_epoch=scan_epoch,
       show=("train_mse", "valid_mse"))
 
 
@@ -156,7 +159,7 @@ def test_resume_mid_epoch_says_which_epoch(tmp_path, capsys):
   assert "resuming from step 4 of 6 (in epoch 1 of 1)" in capsys.readouterr().out
 
 
-def test_eval_every_steps_chunks_and_stepwise_agree(tmp_path):
+def test_eval_every_steps_chunks_and_steps_one_a_call_agree(tmp_path):
   # Evaluations at steps 4, 6 (epoch end), 8, 12, ...; a mid-epoch record's
   # epoch is fractional.
   a = run(toy_config(eval_every_steps=4, num_epochs=2), tmp_path / "a")
@@ -168,7 +171,7 @@ def test_eval_every_steps_chunks_and_stepwise_agree(tmp_path):
   assert without_timing(metrics(tmp_path / "a")) == without_timing(metrics(tmp_path / "b"))
   np.testing.assert_array_equal(params(a), params(b))
   # One jitted call per step: the same steps, up to XLA's rounding.
-  c = run(toy_config(eval_every_steps=4, num_epochs=2), tmp_path / "c", stepwise=True)
+  c = run(toy_config(eval_every_steps=4, num_epochs=2), tmp_path / "c", scan_epoch=False)
   np.testing.assert_allclose(params(a), params(c), rtol=1e-6)
   for ra, rc in zip(metrics(tmp_path / "a"), metrics(tmp_path / "c")):
     np.testing.assert_allclose(ra["train_mse"], rc["train_mse"], rtol=1e-5)
@@ -187,15 +190,29 @@ def test_schedule_never_crosses_an_evaluation_or_epoch_end():
   assert loop.schedule(0, 5, None, 0, 2) == [(0, 2, False), (2, 4, False), (4, 5, True)]
 
 
-def test_step_batches_without_epochs(tmp_path):
+class _HostBatches:
+  """A Feed of host-side batches, one a step: ``get(step)`` is step's batch."""
+
+  def __init__(self, get):
+    self.get, self.data = get, ()
+
+  def plan(self, start: int, stop: int):
+    return jax.tree.map(lambda *a: np.stack(a), *(self.get(s) for s in range(start, stop)))
+
+  def batch(self, data, xs):
+    del data
+    return xs
+
+
+def test_host_batches_without_epochs(tmp_path):
   """A run counted in updates, its batches made on the host from the step."""
   c = toy_config(eval_every_steps=3, num_epochs=0)
 
   def task():
     t = toy_task(c)
     x, y = t.feed.data
-    feed = loop.StepBatches(lambda s: (np.asarray(x)[s % N:s % N + 1].repeat(B, 0),
-                                       np.asarray(y)[s % N:s % N + 1].repeat(B)))
+    feed = _HostBatches(lambda s: (np.asarray(x)[s % N:s % N + 1].repeat(B, 0),
+                                   np.asarray(y)[s % N:s % N + 1].repeat(B)))
     return loop.Task(state=t.state, train_step=t.train_step, feed=feed,
                      evaluate=t.evaluate, num_steps=7)
 
@@ -533,6 +550,7 @@ def test_signal_while_jax_imports_is_one_line(tmp_path, signum):
   # imports jax: after main's own first lines, before the run loop exists.
   wrapper = f"""
 import importlib.abc, os, runpy, signal, sys
+
 class Hook(importlib.abc.MetaPathFinder):
   def find_spec(self, name, path=None, target=None):
     if name == "jax":

@@ -15,18 +15,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lnorm.data import files
+
 from lnorm.data import DataError, mnist
 from scripts import download_data
 from tests.tiny_data import idx_bytes, write_dataset
 
 # Read before the autouse fixture below clears it.
-REAL_DATA_DIR = os.environ.get(mnist.DATA_DIR_ENV, "")
+REAL_DATA_DIR = os.environ.get(files.DATA_DIR_ENV, "")
 NUM = {"train": 7, "test": 3}
 
 
 @pytest.fixture(autouse=True)
 def no_env(monkeypatch):
-  monkeypatch.delenv(mnist.DATA_DIR_ENV, raising=False)
+  monkeypatch.delenv(files.DATA_DIR_ENV, raising=False)
 
 
 @pytest.mark.parametrize("gz", [True, False])
@@ -63,17 +65,17 @@ def test_dispatcher(tmp_path, monkeypatch):
 
 def test_resolve_data_dir_order(tmp_path, monkeypatch):
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
-  assert mnist.resolve_data_dir(None) == tmp_path / "home/.cache/lnorm/data"
-  assert mnist.resolve_data_dir("") == tmp_path / "home/.cache/lnorm/data"
-  monkeypatch.setenv(mnist.DATA_DIR_ENV, str(tmp_path / "env"))
-  assert mnist.resolve_data_dir("") == tmp_path / "env"
-  assert mnist.resolve_data_dir(str(tmp_path / "cfg")) == tmp_path / "cfg"
-  assert mnist.resolve_data_dir("~/cfg") == tmp_path / "home/cfg"
+  assert files.resolve_data_dir(None) == tmp_path / "home/.cache/lnorm/data"
+  assert files.resolve_data_dir("") == tmp_path / "home/.cache/lnorm/data"
+  monkeypatch.setenv(files.DATA_DIR_ENV, str(tmp_path / "env"))
+  assert files.resolve_data_dir("") == tmp_path / "env"
+  assert files.resolve_data_dir(str(tmp_path / "cfg")) == tmp_path / "cfg"
+  assert files.resolve_data_dir("~/cfg") == tmp_path / "home/cfg"
 
 
 def test_env_var_is_used(tmp_path, monkeypatch):
   arrays, checksums = write_dataset(tmp_path)
-  monkeypatch.setenv(mnist.DATA_DIR_ENV, str(tmp_path))
+  monkeypatch.setenv(files.DATA_DIR_ENV, str(tmp_path))
   data = mnist.load_mnist("mnist", "", checksums=checksums)
   np.testing.assert_array_equal(data["train"][1], arrays["train"][1])
 
@@ -250,7 +252,7 @@ def test_download(tmp_path, mirror, capsys):
 
 
 def test_download_uses_env(tmp_path, mirror, monkeypatch):
-  monkeypatch.setenv(mnist.DATA_DIR_ENV, str(tmp_path / "env"))
+  monkeypatch.setenv(files.DATA_DIR_ENV, str(tmp_path / "env"))
   assert download_data.main(["mnist"]) == 0
   assert (tmp_path / "env/mnist/t10k-labels-idx1-ubyte.gz").is_file()
 

@@ -25,7 +25,7 @@ def _worker() -> dict:
   from lnorm import native, recurrent  # pylint: disable=g-import-not-at-top
   from lnorm.normalization import layer_norm  # pylint: disable=g-import-not-at-top
 
-  mesh = jax.sharding.Mesh(jax.devices(), ("data",))  # as experiments/parallel.py makes it
+  mesh = jax.sharding.Mesh(jax.devices(), ("data",))  # as experiments/runner/parallel.py makes it
   split, whole = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
   x = jax.random.normal(jax.random.key(0), (64, 48)) * 2 + 1
   g = jnp.linspace(0.5, 1.5, 48)
@@ -65,6 +65,7 @@ def report() -> dict:
   return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["layer_norm", "lstm"])
 def test_a_split_batch_stays_split_and_computes_the_same(report, name):
   r = report[name]

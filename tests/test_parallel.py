@@ -1,4 +1,4 @@
-"""Data parallelism (experiments/parallel.py): the same training on 1 and on 8
+"""Data parallelism (experiments/runner/parallel.py): the same training on 1 and on 8
 devices, batch norm's local statistics, and a run over two processes.
 
 XLA's device count is fixed when jax is imported, so the runs go in a
@@ -25,6 +25,9 @@ import pytest
 
 from tests.run_records import REPO, metrics, without_timing
 
+# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 NORMS = ("none", "layer", "batch", "weight", "rms")
 # The whole set (every norm, two processes) takes minutes on 2 cores: .ci/run
 # sets LNORM_TEST_PARALLEL=all; the default suite runs layer and batch norm.
@@ -48,7 +51,8 @@ def _flat(tree) -> dict[str, np.ndarray]:
 def _worker(spec: dict) -> None:
   from configs import draw as draw_config  # pylint: disable=g-import-not-at-top
   from configs import pi_mnist as pi_config
-  from experiments import classifier, draw, loop, pi_mnist
+  from experiments import classifier, draw, pi_mnist
+  from experiments.runner import loop
   from lnorm.data import binarized_mnist, mnist
   from tests.test_binarized_mnist import write_amat
   from tests.tiny_data import write_dataset

@@ -36,6 +36,7 @@ def _apply(model, variables, inputs, train=False):
   return out, upd["intermediates"]["attention"][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm, everywhere", VARIANTS)
 def test_attention_candidates_and_padding(norm, everywhere):
   inputs, _ = _batch()
@@ -100,6 +101,7 @@ def test_gain_inits():
 @pytest.mark.parametrize("norm, everywhere, ln_gain", [
     ("none", False, 1.0), ("layer", False, 1.0), ("layer", False, 0.1), ("batch", False, 1.0),
     ("batch", True, 1.0)])
+@pytest.mark.slow
 def test_few_steps_finite_and_learning(norm, everywhere, ln_gain):
   inputs, answer = _batch()
   model = _model(norm, everywhere)

@@ -13,6 +13,9 @@ import pytest
 from experiments import reader as exp
 from lnorm import reader
 
+# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 V, E, B, TP, TQ = 29, 5, 6, 24, 16
 VARIANTS = [("none", False), ("layer", False), ("batch", False), ("batch", True)]
 

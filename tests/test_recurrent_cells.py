@@ -352,6 +352,7 @@ def test_batch_lstm_under_nn_rnn():
 
 # ------------------------------------------------------------------ gradients
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', list(CELLS))
 def test_gradients_are_finite(name):
   cell = CELLS[name]()
@@ -434,6 +435,7 @@ def test_float32_params_and_outputs_with_x64_enabled(name):
       assert leaf.dtype == jnp.float32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', list(CELLS))
 def test_bfloat16_compute_keeps_the_carry_type(name):
   """``dtype=bfloat16`` runs the matmuls and norms in bfloat16; parameters

@@ -33,6 +33,7 @@ def _grad(run):
   return jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('masked', [False, True])
 @pytest.mark.parametrize('norm', R.GRU_NORMS)
 def test_gru_matches_recurrent_cell(norm, masked):

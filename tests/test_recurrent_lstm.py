@@ -57,6 +57,7 @@ def _seq_runs(lstm, cell, mask):
 
 # 256 units with the batch of 4: B * H reaches the size at which the native
 # kernels split each step's rows among XLA's threads (lstm_cpu.cc, ForRows).
+@pytest.mark.slow
 @pytest.mark.parametrize('features', [H, 256])
 @pytest.mark.parametrize('masked', [False, True])
 @pytest.mark.parametrize('norm', SEQ_NORMS)
@@ -98,6 +99,7 @@ def test_lstm_gradients_exact_in_float64(norm):
       np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('norm', SEQ_NORMS)
 def test_lstm_matches_nn_rnn_and_defaults(norm, impl):
   """No mask, zero initial carry, y only: as ``nn.RNN(cell)``."""
@@ -107,6 +109,7 @@ def test_lstm_matches_nn_rnn_and_defaults(norm, impl):
   np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('masked', [False, True])
 @pytest.mark.parametrize('norm', SEQ_NORMS)
 def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
@@ -123,6 +126,7 @@ def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
     assert 'lnorm_lstm' not in jax.jit(ours64).lower(p64, x64, c64).as_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('norm', SEQ_NORMS)
 def test_lstm_second_order_and_vmap(norm, impl):
   """Higher-order derivatives and vmap, which the kernels leave to XLA,
@@ -147,6 +151,7 @@ def test_lstm_second_order_and_vmap(norm, impl):
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_lstm_layer_norm_far_from_zero(impl):
   """Centring the kernels (LN as RMSNorm) loses no accuracy to the cell.
 
@@ -217,6 +222,7 @@ def test_lstm_batch_axes_and_carry():
   np.testing.assert_allclose(h2, h, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('norm', SEQ_NORMS)
 def test_lstm_empty_batch(norm, impl):
   """A batch of none: empty outputs and zero gradients."""
@@ -240,6 +246,7 @@ def test_lstm_checks_arguments():
     R.LSTM(H).init(jax.random.key(0), x[0, 0])
 
 
+@pytest.mark.slow
 def test_lstm_bfloat16_compute():
   lstm, _, params, x, carry0, mask = _seq_setup('layer')
   half = lstm.clone(dtype=jnp.bfloat16)
@@ -256,6 +263,7 @@ def test_lstm_bfloat16_compute():
     assert leaf.dtype == jnp.float32 and np.all(np.isfinite(leaf))
 
 
+@pytest.mark.slow
 def test_lstm_float32_with_x64_enabled():
   """As Flax's layers: float32 inputs and the default param_dtype give
   float32 parameters and outputs under jax_enable_x64; float64 parameters

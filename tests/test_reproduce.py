@@ -38,13 +38,13 @@ def test_jobs_must_be_positive(tmp_path):
 
 
 def test_train_nll_table_reads_the_epochs_and_the_first_crossings():
-  from scripts import reproduce
+  from scripts.paper import runs
   nll = [0.5, 0.08, 0.04, 0.02, 0.009, 0.012, 0.0009]  # not monotone: epoch 6 goes back up
   records = {"run a": {"metrics": [{"epoch": e + 1, "train_nll": v} for e, v in enumerate(nll)]}}
-  lines = reproduce._train_nll_table(records).strip().splitlines()  # pylint: disable=protected-access
+  lines = runs.train_nll_table(records).strip().splitlines()
   assert lines[-3].startswith("| run | epoch 1 | epoch 2 | epoch 5 | <= 0.1 | <= 0.03 |")
   assert lines[-1] == "| run a | 0.5 | 0.08 | 0.009 | 2 | 4 | 5 | 7 |"
-  assert reproduce._epochs_to(records["run a"]["metrics"], "train_nll", 1e-4) == "not reached"  # pylint: disable=protected-access
+  assert runs.epochs_to(records["run a"]["metrics"], "train_nll", 1e-4) == "not reached"
 
 
 _REAL_POPEN = subprocess.Popen
@@ -85,8 +85,9 @@ class FakeRun:
 
 def test_seeds_run_in_their_own_workdirs_and_tables_give_mean_and_sd(tmp_path, monkeypatch):
   from scripts import reproduce
+  from scripts.paper import runs
   FakeRun.commands = []
-  monkeypatch.setattr(reproduce.subprocess, "Popen", FakeRun)
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
   reproduce.main(["fig6", "--preset", "smoke", "--seeds", "3", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   # The config's seed (0) keeps the one-seed workdir; the others are named.
@@ -125,14 +126,15 @@ def test_seeds_run_in_their_own_workdirs_and_tables_give_mean_and_sd(tmp_path, m
 
 def test_results_go_to_a_scratch_folder_unless_told(tmp_path, monkeypatch):
   from scripts import reproduce
-  monkeypatch.setattr(reproduce.subprocess, "Popen", FakeRun)
+  from scripts.paper import runs
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
   reproduce.main(["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs")])
   md = (tmp_path / "runs" / "results" / "fig6_smoke" / "results.md").read_text()
   assert "Command: `python scripts/reproduce.py fig6 --preset smoke`" in md
   assert "±" not in md and "Seeds:" not in md
   args = reproduce.argparse.Namespace(target="fig6", preset="paper", runs_dir=Path("runs"),
                                       results_dir=Path("results"))
-  assert reproduce.out_dir(args) == REPO / "results" / "fig6"
+  assert runs.out_dir(args) == REPO / "results" / "fig6"
 
 
 def test_seeds_must_be_positive_and_supported_by_the_target():
@@ -146,19 +148,19 @@ def test_seeds_must_be_positive_and_supported_by_the_target():
 
 
 def test_table3_puts_the_papers_rows_above_ours_and_says_where_and_how_soon_ln_leads():
-  from scripts import reproduce
+  from scripts.paper import table3
 
   def run(evals):  # (SICK_r, SICK_mse, MR_acc, heldout_nll) at updates 100, 200, 300
     return [{"step": 100 * (i + 1), "SICK_r": r, "SICK_mse": e, "MR_acc": a, "heldout_nll": h,
              "examples_per_sec": 32.0} for i, (r, e, a, h) in enumerate(evals)]
   ms = {"none": run([(0.50, 0.60, 0.60, 5.0), (0.60, 0.50, 0.62, 4.5), (0.65, 0.45, 0.63, 4.2)]),
         "layer": run([(0.55, 0.55, 0.59, 4.8), (0.66, 0.44, 0.64, 4.3), (0.64, 0.46, 0.65, 4.1)])}
-  lines = reproduce.skip_tables(ms, {"batch_size": 64}).splitlines()
+  lines = table3.skip_tables(ms, {"batch_size": 64}).splitlines()
   assert lines[0] == "| run | updates | heldout NLL | SICK r | SICK MSE | MR | s / update |"
   assert lines[2] == "| paper: Original [Kiros et al., 2015] (BookCorpus) |  | | 0.848 | 0.287 | 75.5 | |"
   assert lines[4] == "| paper: Ours + LN (BookCorpus) | 1M | | 0.854 | 0.277 | 79.5 | |"
   assert lines[6] == "| Ours (GRU), Gutenberg stand-in | 300 | 4.200 | 0.650 | 0.450 | 63.0 | 2.000 |"
-  assert lines[7] == "| Ours + LN (LN-GRU), Gutenberg stand-in | 300 | 4.100 | 0.640 | 0.460 | 65.0 | 2.000 |"
+  assert lines[7] == "| Ours (LN-GRU), Gutenberg stand-in | 300 | 4.100 | 0.640 | 0.460 | 65.0 | 2.000 |"
   assert "| 200 | 4.500 / 4.300 | 0.600 / 0.660 | 0.500 / 0.440 | 62.0 / 64.0 |" in lines
   # SICK MSE is better lower, the others higher; the baseline reaches its own final last.
   assert "| heldout NLL | 3 of 3 | 300 | 300 |" in lines
@@ -201,6 +203,7 @@ class FakeReaderRun:
 def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp_path, monkeypatch):
   from lnorm.data import cnn_questions as cq
   from scripts import reproduce
+  from scripts.paper import runs
   # One question a split, in a stand-in's place.
   FakeReaderRun.data_dir = str(tmp_path)
   q = cq.Question(url="u", passage=("@entity0", "met", "@entity1", "and", "@entity1", "."),
@@ -211,7 +214,7 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
       d = tmp_path / standin / "cnn/questions" / split
       d.mkdir(parents=True)
       cq.write_question(d / "q.question", q)
-  monkeypatch.setattr(reproduce.subprocess, "Popen", FakeReaderRun)
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeReaderRun)
   reproduce.main(["fig2", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   md = (tmp_path / "res" / "fig2_smoke" / "results.md").read_text()
@@ -240,7 +243,7 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
 
 
 def test_fig6_claims_compare_each_seed_with_the_same_seed_of_the_other_run():
-  from scripts import reproduce
+  from scripts.paper import fig6
   mk = lambda test, nll: [{"epoch": e + 1, "test_error": t, "train_nll": l}
                           for e, (t, l) in enumerate(zip(test, nll))]
   flat = [0.5, 0.5, 0.5]
@@ -254,7 +257,7 @@ def test_fig6_claims_compare_each_seed_with_the_same_seed_of_the_other_run():
       ("none", 4): [mk(flat, [0.25, 0.08, 0.04])] * 2,
       ("none", 128): [mk(flat, [0.2, 0.05, 0.008])] * 2,
   }
-  md = reproduce._fig6_claims({k: {"seeds": [{"metrics": m} for m in v]}
+  md = fig6.claims({k: {"seeds": [{"metrics": m} for m in v]}
                                for k, v in records.items()})
   rows = [l.strip("| ").split(" | ") for l in md.splitlines() if l.startswith("| (")]
   assert [r[2:] for r in rows] == [
@@ -272,6 +275,7 @@ def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
   copied into a fresh runs folder, count as done; anything else runs."""
   from configs import pi_mnist
   from scripts import reproduce
+  from scripts.paper import runs
   c = pi_mnist.get_config("smoke")
   c.norm, c.batch_size, c.learning_rate = "layer", 128, 3e-4
   record = {"config": {**json.loads(json.dumps(c.to_dict())), "data_dir": "/elsewhere"},
@@ -285,14 +289,22 @@ def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
        "epoch_time_s": 1.0, "examples_per_sec": 50.0}) + "\n" for e in range(1, c.num_epochs + 1)))
   args = ("configs/pi_mnist.py", "smoke", {"norm": "layer", "batch_size": 128,
                                            "learning_rate": 3e-4})
-  assert reproduce.finished(wd, *args)
+  assert runs.finished(wd, *args)
   # Another config, preset or seed is another run; so is one cut short.
-  assert not reproduce.finished(wd, *args[:2], {**args[2], "learning_rate": 1e-3})
-  assert not reproduce.finished(wd, "configs/pi_mnist.py", "cpu", args[2])
-  assert not reproduce.finished(wd, *args[:2], {**args[2], "seed": 1})
-  assert not reproduce.finished(tmp_path / "nothing", *args)
+  assert not runs.finished(wd, *args[:2], {**args[2], "learning_rate": 1e-3})
+  assert not runs.finished(wd, "configs/pi_mnist.py", "cpu", args[2])
+  assert not runs.finished(wd, *args[:2], {**args[2], "seed": 1})
+  assert not runs.finished(tmp_path / "nothing", *args)
+  # A record made before a field existed counts as the preset's value for it,
+  # unless an override asks for another.
+  old = json.loads(json.dumps(record))
+  del old["config"]["eval_batch_size"]
+  (wd / "config.json").write_text(json.dumps(old))
+  assert runs.finished(wd, *args)
+  assert not runs.finished(wd, *args[:2], {**args[2], "eval_batch_size": 7})
+  (wd / "config.json").write_text(json.dumps(record))
   FakeRun.commands = []
-  monkeypatch.setattr(reproduce.subprocess, "Popen", FakeRun)
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
   reproduce.main(["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   launched = [next(a for a in cmd if a.startswith("--workdir=")).rsplit("/", 1)[-1]
@@ -306,17 +318,69 @@ def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
   # A record whose last line is cut short (a full disk) is not finished.
   text = (wd / "metrics.jsonl").read_text()
   (wd / "metrics.jsonl").write_text(text[:-20])
-  assert not reproduce.finished(wd, *args)
+  assert not runs.finished(wd, *args)
 
 
 def test_runs_made_before_the_iam_ondb_reader_fix_are_told_apart():
   import subprocess  # pylint: disable=g-import-not-at-top
-  from scripts import reproduce
-  head = subprocess.run(("git", "rev-parse", "HEAD"), cwd=reproduce.REPO, capture_output=True,
+  from scripts.paper import fig5, runs
+  head = subprocess.run(("git", "rev-parse", "HEAD"), cwd=runs.REPO, capture_output=True,
                         text=True).stdout.strip()
   # results/fig5_cpu's runs, at 4707ea4, read the old reader; HEAD has the fix.
-  assert reproduce.made_before("4707ea403575d5b5494850111b81fe5949407701-dirty",
-                               reproduce.IAM_READER_FIX) is True
-  assert reproduce.made_before(head, reproduce.IAM_READER_FIX) is False
-  assert reproduce.made_before("not-a-commit", reproduce.IAM_READER_FIX) is None
-  assert reproduce.OLD_READER_NOTE.startswith("> **Made with the old IAM-OnDB reader**")
+  assert fig5.made_before("4707ea403575d5b5494850111b81fe5949407701-dirty",
+                               fig5.IAM_READER_FIX) is True
+  assert fig5.made_before(head, fig5.IAM_READER_FIX) is False
+  assert fig5.made_before("not-a-commit", fig5.IAM_READER_FIX) is None
+  assert fig5.OLD_READER_NOTE.startswith("> **Made with the old IAM-OnDB reader**")
+
+
+class FakeHandwritingRun(FakeRun):
+  """A handwriting run: LN's validation NLL falls 30 nats an evaluation, the
+  baseline's 20 (seed s starts 10 s nats lower), 4 evaluations of 100 updates."""
+
+  def __init__(self, cmd, **_):
+    FakeRun.commands.append(cmd)
+    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
+    config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
+    seed = int(config.setdefault("seed", 0))
+    wd = Path(flags["workdir"])
+    wd.mkdir(parents=True)
+    full = __import__("configs.handwriting", fromlist=["x"]).get_config("smoke").to_dict()
+    (wd / "config.json").write_text(json.dumps(
+        {"config": {**json.loads(json.dumps(full)), **config, "seed": seed},
+         "git_commit": "abc", "versions": {"jax": "x"}}))
+    fall = 30.0 if config["norm"] == "layer" else 20.0
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(
+        {"step": 100 * i, "epoch": i, "valid_nll": -10.0 * seed - fall * i,
+         "valid_nll_point": -1.0, "test_nll": -fall * i, "train_nll": -fall * i,
+         "epoch_time_s": 50.0}) + "\n" for i in range(1, 5)))
+    for f in ("samples.png", "attention.png"):
+      (wd / f).write_bytes(b"\x89PNG")
+    self.returncode = 0
+
+
+def test_fig5_with_seeds_judges_the_claim_seed_by_seed(tmp_path, monkeypatch):
+  from scripts import reproduce
+  from scripts.paper import runs
+  FakeRun.commands = []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeHandwritingRun)
+  reproduce.main(["fig5", "--preset", "smoke", "--seeds", "3", "--runs_dir", str(tmp_path / "runs"),
+                  "--results_dir", str(tmp_path / "res")])
+  assert len(FakeRun.commands) == 6
+  md = (tmp_path / "res" / "fig5_smoke" / "results.md").read_text()
+  lines = md.splitlines()
+  # Final valid NLL: LN -120, -130, -140 (mean -130, sd 10); baseline -80, -90, -100.
+  # (the test NLL is the same in every seed: sd 0).
+  assert ("| LN-LSTM | -130.0 ± 10.0 | -130.0 ± 10.0 | -1.000 ± 0.000 | -120.0 ± 0.0 | "
+          "0.500 ± 0.000 |") in lines
+  assert ("| LSTM | -90.0 ± 10.0 | -90.0 ± 10.0 | -1.000 ± 0.000 | -80.0 ± 0.0 | "
+          "0.500 ± 0.000 |") in lines
+  # The mean baseline final (-90) is not reached by seed 0's baseline (-80 at the end).
+  assert "| LSTM | 100 | 100 | 100 | not reached / 400 / 400 |" in lines
+  # LN reaches each seed's baseline final (-80, -90, -100) at update 300 in every seed.
+  row = next(l for l in lines if l.startswith("| LN is faster |"))
+  assert "300 vs 400 / 300 vs 400 / 300 vs 400" in row and "sooner in 3 of 3" in row
+  row = next(l for l in lines if l.startswith("| LN is ahead along training |"))
+  assert "4 of 4 / 4 of 4 / 4 of 4" in row and "in 3 of 3" in row
+  assert "**Made with the old IAM-OnDB reader**" not in md  # "abc" is no commit here
+  assert (tmp_path / "res" / "fig5_smoke" / "fig5.png").read_bytes().startswith(b"\x89PNG")

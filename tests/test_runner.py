@@ -14,11 +14,14 @@ import pytest
 
 from configs import pi_mnist as pi_mnist_config
 from experiments import classifier, pi_mnist
-from experiments import workdir as wdir
-from experiments.errors import NonFiniteLossError
+from experiments.runner import workdir as wdir
+from experiments.runner.errors import NonFiniteLossError
 from lnorm.data import mnist
 from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.tiny_data import write_dataset
+
+# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -57,14 +60,20 @@ def test_workdir_contents_and_resume(tiny, tmp_path):
                state.params, fresh.params)
 
 
+def _prepare(workdir: str, config) -> None:
+  """Checks, creates and records a workdir, as a run's start does."""
+  with wdir.RunDir(workdir, config) as rd:
+    rd.create()
+
+
 def test_resume_keeps_the_commit_that_started_the_run(tmp_path, monkeypatch):
   c = pi_mnist_config.get_config("smoke")
   monkeypatch.setattr(wdir, "git_commit", lambda: "aaa")
-  wdir.prepare(str(tmp_path), c)
+  _prepare(str(tmp_path), c)
   for commit in ("aaa", "bbb", "bbb", "ccc"):
     monkeypatch.setattr(wdir, "git_commit", lambda commit=commit: commit)
     c.num_epochs += 1
-    wdir.prepare(str(tmp_path), c)
+    _prepare(str(tmp_path), c)
   record = json.loads((tmp_path / "config.json").read_text())
   assert record["git_commit"] == "aaa" and record["config"]["num_epochs"] == c.num_epochs
   assert [r["git_commit"] for r in record["resumed_with"]] == ["bbb", "ccc"]
@@ -76,13 +85,13 @@ def test_resume_on_fewer_cores_is_recorded(tmp_path):
   # round differently with another count: a resume on other cores is recorded.
   c = pi_mnist_config.get_config("smoke")
   cores = os.sched_getaffinity(0)
-  wdir.prepare(str(tmp_path), c)
+  _prepare(str(tmp_path), c)
   first = json.loads((tmp_path / "config.json").read_text())
   assert first["host"]["cpu_threads"] == len(cores) and first["host"]["cpu"]
   try:
     os.sched_setaffinity(0, {min(cores)})
     c.num_epochs += 1
-    wdir.prepare(str(tmp_path), c)
+    _prepare(str(tmp_path), c)
   finally:
     os.sched_setaffinity(0, cores)
   record = json.loads((tmp_path / "config.json").read_text())
@@ -142,7 +151,8 @@ def test_bad_native_mode_is_one_line(tmp_path):
 _FAULTS = """
 import resource
 import numpy as np
-from experiments.main import keep_freed_memory
+from experiments.runner.cli import keep_freed_memory
+
 applied = keep_freed_memory()
 for _ in range(2):
   np.ones(1 << 24)  # 128 MiB, freed at once

@@ -1,4 +1,4 @@
-"""The SentEval-style evaluation (lnorm/senteval.py)."""
+"""The SentEval-style evaluation (lnorm/senteval_protocol.py)."""
 
 import hashlib
 
@@ -6,44 +6,44 @@ import numpy as np
 import pytest
 from scipy.special import softmax
 
-from lnorm import senteval
+from lnorm import senteval_protocol
 from lnorm.data import senteval as data
 
 
 def test_folds_partition_and_never_train_on_a_test_row():
   y = np.array([0] * 30 + [1] * 20)
   seen = np.zeros(len(y), int)
-  for tr, te in senteval.folds(y, 10, seed=3):
+  for tr, te in senteval_protocol.folds(y, 10, seed=3):
     assert not set(tr) & set(te)
     assert len(tr) + len(te) == len(y)
     assert np.mean(y[te]) == pytest.approx(0.4)  # stratified
     seen[te] += 1
   np.testing.assert_array_equal(seen, 1)
-  a = [te.tolist() for _, te in senteval.folds(y, 10, seed=3)]
-  assert a == [te.tolist() for _, te in senteval.folds(y, 10, seed=3)]
-  assert a != [te.tolist() for _, te in senteval.folds(y, 10, seed=4)]
+  a = [te.tolist() for _, te in senteval_protocol.folds(y, 10, seed=3)]
+  assert a == [te.tolist() for _, te in senteval_protocol.folds(y, 10, seed=3)]
+  assert a != [te.tolist() for _, te in senteval_protocol.folds(y, 10, seed=4)]
 
 
 def test_duplicate_sentences_never_cross_folds():
   rng = np.random.default_rng(0)
   sents = [f"s{rng.integers(25)}" for _ in range(200)]  # many repeats
   y = np.array([int(s[1:]) % 2 for s in sents])
-  groups = senteval._groups(sents)
-  for tr, te in senteval.folds(y, 10, seed=0, groups=groups):
+  groups = senteval_protocol._groups(sents)
+  for tr, te in senteval_protocol.folds(y, 10, seed=0, groups=groups):
     assert not {sents[i] for i in tr} & {sents[i] for i in te}
 
 
 def test_score_distribution_is_tais_and_round_trips():
-  p = senteval.score_distribution(np.array([3.7, 1.0, 5.0, 2.0, 4.25]))
+  p = senteval_protocol.score_distribution(np.array([3.7, 1.0, 5.0, 2.0, 4.25]))
   np.testing.assert_allclose(p, [[0, 0, 0.3, 0.7, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 1],
                                  [0, 1, 0, 0, 0], [0, 0, 0, 0.75, 0.25]], atol=1e-12)
   y = np.random.default_rng(1).uniform(1, 5, 1000)
-  p = senteval.score_distribution(y)
+  p = senteval_protocol.score_distribution(y)
   np.testing.assert_allclose(p.sum(1), 1)
   assert np.all((p > 0).sum(1) <= 2)
-  np.testing.assert_allclose(senteval.expected_score(p), y, atol=1e-12)
+  np.testing.assert_allclose(senteval_protocol.expected_score(p), y, atol=1e-12)
   with pytest.raises(ValueError):
-    senteval.score_distribution(np.array([0.5]))
+    senteval_protocol.score_distribution(np.array([0.5]))
 
 
 def test_planted_separable_feature_and_random_feature():
@@ -51,9 +51,9 @@ def test_planted_separable_feature_and_random_feature():
   X = rng.normal(size=(300, 8))
   y = (X[:, 0] > 0).astype(int)
   X[:, 0] += np.where(y == 1, 0.5, -0.5)  # a margin
-  m = senteval.classification_cv(X, y, n_folds=10, inner_folds=3)
+  m = senteval_protocol.classification_cv(X, y, n_folds=10, inner_folds=3)
   assert m["acc"] > 0.98
-  r = senteval.classification_cv(rng.normal(size=(300, 8)), rng.integers(0, 2, 300),
+  r = senteval_protocol.classification_cv(rng.normal(size=(300, 8)), rng.integers(0, 2, 300),
                                  n_folds=10, Cs=(1.0,))
   assert 0.35 < r["acc"] < 0.65
   assert r["acc_std"] > 0
@@ -65,18 +65,18 @@ def test_soft_target_fit_minimises_the_soft_cross_entropy():
   X = rng.normal(size=(120, 4))
   y = np.clip(3 + X[:, 0] + 0.3 * rng.normal(size=120), 1, 5)
   C = 0.5
-  clf = senteval._soft_fit(X, y, C, seed=0)
+  clf = senteval_protocol._soft_fit(X, y, C, seed=0)
   W, b = clf.coef_.T, clf.intercept_  # (4, 5), (5,)
   assert list(clf.classes_) == [1, 2, 3, 4, 5]
   q = softmax(X @ W + b, axis=1)
-  p = senteval.score_distribution(y)
+  p = senteval_protocol.score_distribution(y)
   grad_W = X.T @ (q - p) + W / C
   grad_b = (q - p).sum(0)
   at_zero = np.abs(X.T @ (1 / 5 - p)).max()  # the gradient at W = 0, b = 0
   assert at_zero > 10
   assert np.abs(grad_W).max() < 1e-3 * at_zero and np.abs(grad_b).max() < 1e-3 * at_zero
   # A hard-label fit (rounded scores) is not that optimum.
-  hard = senteval._fit(X, np.rint(y).astype(int), C, seed=0)
+  hard = senteval_protocol._fit(X, np.rint(y).astype(int), C, seed=0)
   q_hard = softmax(X @ hard.coef_.T + hard.intercept_, axis=1)
   assert np.abs(X.T @ (q_hard - p) + hard.coef_.T / C).max() > 100 * np.abs(grad_W).max()
 
@@ -89,9 +89,9 @@ def test_sick_recovers_a_planted_relatedness():
     f = np.column_stack([y + 0.2 * rng.normal(size=n), rng.normal(size=(n, 3))])
     return f, y
 
-  m = senteval.sick(split(400), split(100), split(300))
+  m = senteval_protocol.sick(split(400), split(100), split(300))
   assert m["r"] > 0.9 and m["rho"] > 0.9 and m["mse"] < 0.3
-  noise = senteval.sick(*[(rng.normal(size=(n, 4)), rng.uniform(1, 5, n))
+  noise = senteval_protocol.sick(*[(rng.normal(size=(n, 4)), rng.uniform(1, 5, n))
                           for n in (400, 100, 300)])
   assert abs(noise["r"]) < 0.2
 
@@ -125,28 +125,29 @@ def test_evaluate_end_to_end_on_tiny_files(tmp_path, monkeypatch):
       out[i, 11] = rng.normal()
     return out
 
-  m = senteval.evaluate(encode, ("MR", "SICK"), tmp_path, n_folds=3, inner_folds=2,
+  m = senteval_protocol.evaluate(encode, ("MR", "SICK"), tmp_path, n_folds=3, inner_folds=2,
                         max_examples=50)
   assert m["MR_acc"] == 1.0
   assert set(m) == {"MR_acc", "MR_acc_std", "MR_seconds", "SICK_r", "SICK_rho", "SICK_mse",
                     "SICK_seconds"}
   assert np.isfinite(m["SICK_r"])
   with pytest.raises(ValueError, match="unknown tasks"):
-    senteval.evaluate(encode, ("TREC",), tmp_path)
+    senteval_protocol.evaluate(encode, ("TREC",), tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folds,inner", [(2, 0), (5, 0), (3, 2), (10, 5)])
 def test_min_examples_keeps_both_classes_in_every_fold(folds, inner):
   # The rarest class of the sets (MPQA: 31%), a seeded subset as evaluate takes it.
   rng = np.random.default_rng(folds)
   y_all = (rng.random(20_000) < 0.31).astype(np.int32)
-  n = senteval.min_examples(folds, inner)
+  n = senteval_protocol.min_examples(folds, inner)
   for seed in range(5):
     y = y_all[np.sort(np.random.default_rng(seed).permutation(len(y_all))[:n])]
     X = rng.normal(size=(n, 3)) + y[:, None]
-    m = senteval.classification_cv(X, y, n_folds=folds, inner_folds=max(inner, 2),
-                                   Cs=senteval.CS if inner else (1.0,), seed=seed)
+    m = senteval_protocol.classification_cv(X, y, n_folds=folds, inner_folds=max(inner, 2),
+                                   Cs=senteval_protocol.CS if inner else (1.0,), seed=seed)
     assert 0.5 < m["acc"] <= 1.0
   # Fewer examples than folds is what sklearn refuses (the guard's reason).
   with pytest.raises(ValueError):
-    senteval.classification_cv(X[:folds - 1], y[:folds - 1], n_folds=folds, Cs=(1.0,))
+    senteval_protocol.classification_cv(X[:folds - 1], y[:folds - 1], n_folds=folds, Cs=(1.0,))

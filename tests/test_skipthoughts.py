@@ -9,6 +9,9 @@ import pytest
 from lnorm import skipthoughts
 from lnorm.data import books
 
+# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+pytestmark = pytest.mark.slow
+
 V, E, H = 23, 6, 8
 
 
@@ -189,7 +192,7 @@ def test_missing_senteval_file_stops_the_run_before_it_trains(tmp_path, monkeypa
 def test_too_few_eval_examples_for_the_folds_is_refused_at_once(folds, inner, least):
   from configs import skipthoughts as cfg
   from experiments import skipthoughts as exp
-  from experiments.errors import ConfigError
+  from experiments.runner.errors import ConfigError
   c = cfg.get_config("smoke")
   c.eval_folds, c.eval_inner_folds = folds, inner
   for n in (1, folds - 1, least - 1):

@@ -10,11 +10,12 @@ class DataError(Exception):
   """A data file is missing, corrupt, fails its checksum or has a bad format."""
 
 
-# After DataError: mnist imports it from this package.
+# After DataError: the loaders import it from this package.
 from lnorm.data import mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lnorm.data.files import (  # pylint: disable=g-import-not-at-top,wrong-import-position
+    DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir)
 from lnorm.data.mnist import (  # pylint: disable=g-import-not-at-top,wrong-import-position
-    DATA_DIR_ENV, DATASETS, DEFAULT_DATA_DIR, load, load_mnist, load_tfds,
-    resolve_data_dir, split_train_valid)
+    DATASETS, load, load_mnist, load_tfds, split_train_valid)
 from lnorm.data import binarized_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 __all__ = [

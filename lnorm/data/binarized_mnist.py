@@ -13,7 +13,7 @@ Sources (``load(source, data_dir)``):
   then "\\n", so every row is exactly 1568 bytes. The SHA-256 of each file's
   *uncompressed* bytes is checked against ``SHA256`` (the digests TFDS records
   for the official files). data_dir is resolved as for MNIST
-  (``mnist.resolve_data_dir``); ``python scripts/download_data.py
+  (``files.resolve_data_dir``); ``python scripts/download_data.py
   binarized_mnist --data_dir DIR`` fills it.
 * ``tfds``: TensorFlow Datasets' ``binarized_mnist`` through
   ``tfds.data_source`` (array_record; reading needs no TensorFlow). Its
@@ -35,8 +35,8 @@ import numpy as np
 from lnorm.data import DataError
 from lnorm.data import mnist
 # mnist's helpers, so that both loaders find files, gunzip and word errors alike.
-from lnorm.data.mnist import (  # pylint: disable=protected-access
-    _find, _how_to_get, _read, _reason, resolve_data_dir)
+from lnorm.data.files import find, read, reason, resolve_data_dir
+from lnorm.data.mnist import how_to_get
 
 NAME = "binarized_mnist"
 SPLITS = ("train", "valid", "test")
@@ -118,13 +118,13 @@ def load_amat(data_dir: str | os.PathLike[str] | None = None, verify: bool = Tru
   _check_splits(splits)
   root = resolve_data_dir(data_dir)
   directory = root / NAME
-  how = _how_to_get(NAME, root)
+  how = how_to_get(NAME, root)
   table = (SHA256 if checksums is None else checksums) if verify else None
   out = {}
   for split in splits:
     stem = file_stem(split)
-    path = _find(directory, stem, how)
-    data = _read(path, how)
+    path = find(directory, stem, how)
+    data = read(path, how)
     if table is not None:
       want = table.get(stem)
       if want is None:
@@ -162,7 +162,7 @@ def load_tfds(data_dir: str | os.PathLike[str] | None = None,
     except (ImportError, KeyError, OSError, RuntimeError, ValueError) as e:
       raise DataError(
           f"TFDS cannot load {NAME} split {name!r} from {where} "
-          f"({_reason(e)}); data_source='tfds' needs a copy prepared as "
+          f"({reason(e)}); data_source='tfds' needs a copy prepared as "
           "array_record (preparing needs TensorFlow), or use data_source='amat'") from e
     if not examples:
       raise DataError(f"TFDS {NAME} split {name!r} in {where} is empty")

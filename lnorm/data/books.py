@@ -22,7 +22,7 @@ Vocabulary (``Vocab.build``): id 0 is PAD, 1 EOS (ends every sentence), 2 UNK,
 then the ``size - 3`` most frequent training-set tokens, most frequent first,
 ties in alphabetical order. Kiros et al. use 20,000 words.
 
-The data_dir is, as for MNIST (``lnorm.data.mnist.resolve_data_dir``): the
+The data_dir is, as for MNIST (``lnorm.data.files.resolve_data_dir``): the
 argument if non-empty, ``$LNORM_DATA_DIR``, else ``~/.cache/lnorm/data``.
 """
 
@@ -38,7 +38,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from lnorm.data import DataError
-from lnorm.data.mnist import _reason, resolve_data_dir
+from lnorm.data.files import reason, resolve_data_dir
 
 GUTENBERG = "text/gutenberg"
 HELDOUT_BOOKS = ("austen-persuasion.txt", "chesterton-thursday.txt")
@@ -69,7 +69,7 @@ def read_documents(paths: Iterable[str | os.PathLike[str]]) -> list[Document]:
     try:
       text = p.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
-      raise DataError(f"{p}: cannot read it ({_reason(e)})") from e
+      raise DataError(f"{p}: cannot read it ({reason(e)})") from e
     part, k = [], 0
     for line in text.splitlines() + [""]:
       if line.strip():

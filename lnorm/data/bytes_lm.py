@@ -50,7 +50,8 @@ import numpy as np
 
 # From the package, which exports both before and after the loaders' shared
 # helpers moved to lnorm/data/files.py.
-from lnorm.data import DataError, resolve_data_dir
+from lnorm.data import DataError
+from lnorm.data.files import reason, resolve_data_dir
 
 NOVELS = "text/novels/novels.tar.gz"
 ENWIK8 = "enwik8"
@@ -241,13 +242,6 @@ def load(source: str = "novels", data_dir: str | os.PathLike[str] | None = None
   if source not in SOURCES:
     raise DataError(f"source={source!r} is not valid; choose one of: {', '.join(SOURCES)}")
   return load_novels(data_dir) if source == "novels" else load_enwik8(data_dir)
-
-
-def reason(e: BaseException) -> str:
-  """An exception's first line (lnorm/data/files.py's ``reason``, once it is
-  committed, is the same)."""
-  lines = str(e).strip().splitlines()
-  return (lines[0] if lines else type(e).__name__)[:200]
 
 
 # -- Windows. ------------------------------------------------------------------

@@ -17,7 +17,7 @@ question each, as DeepMind distributes them::
     ...
 
 The answer must be one of the entity lines. data_dir is resolved as for MNIST
-(``mnist.resolve_data_dir``: the argument, ``$LNORM_DATA_DIR``, else
+(``files.resolve_data_dir``: the argument, ``$LNORM_DATA_DIR``, else
 ``~/.cache/lnorm/data``). ``scripts/make_cloze.py`` writes a stand-in in this
 format from real news text (``lnorm/data/cloze.py``).
 """
@@ -34,7 +34,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from lnorm.data import DataError
-from lnorm.data.mnist import resolve_data_dir
+from lnorm.data.files import resolve_data_dir
 
 SPLITS = ("training", "validation", "test")
 PLACEHOLDER = "@placeholder"

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import os
 from pathlib import Path
 import re
@@ -79,7 +78,7 @@ import zlib
 import numpy as np
 
 from lnorm.data import DataError
-from lnorm.data.mnist import _reason, resolve_data_dir
+from lnorm.data.files import reason, resolve_data_dir
 
 NAME = "iam_ondb"
 SPLITS = ("train", "valid", "test")
@@ -175,7 +174,7 @@ class _Source:
             yield m.name, f.read() if f is not None else b""
     except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
       raise DataError(f"{self.path}: cannot read it, truncated or corrupt "
-                      f"({_reason(e)}); delete it and {_how(self.path.parent)}") from e
+                      f"({reason(e)}); delete it and {_how(self.path.parent)}") from e
 
 
 def _how(where: Path) -> str:
@@ -245,7 +244,7 @@ def parse_strokes(data: bytes, name: str) -> np.ndarray:
   try:
     root = ET.fromstring(data)
   except ET.ParseError as e:
-    raise DataError(f"{name}: not valid XML ({_reason(e)})") from e
+    raise DataError(f"{name}: not valid XML ({reason(e)})") from e
   stroke_set = root if root.tag == "StrokeSet" else root.find("StrokeSet")
   if stroke_set is None:
     raise DataError(f"{name}: no <StrokeSet> element; not an IAM-OnDB lineStrokes file")
@@ -258,7 +257,7 @@ def parse_strokes(data: bytes, name: str) -> np.ndarray:
         ys.append(int(p.get("y")))
         eos.append(k == len(pts) - 1)
   except (TypeError, ValueError) as e:
-    raise DataError(f"{name}: a <Point> without integer x and y ({_reason(e)})") from e
+    raise DataError(f"{name}: a <Point> without integer x and y ({reason(e)})") from e
   xy = np.stack([np.asarray(xs, np.int64), np.asarray(ys, np.int64)], -1).reshape(-1, 2)
   # One row per point, the offset from the point before; the first point's row,
   # (0, 0), is kept only to carry the pen lift of a first stroke of one point.

@@ -22,21 +22,18 @@ The IDX data_dir is, in order: the ``data_dir`` argument if non-empty,
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import math
 import os
 from pathlib import Path
 from typing import Mapping
-import zlib
 
 import numpy as np
 
 from lnorm.data import DataError
+from lnorm.data.files import DATA_DIR_ENV, find, read, reason, resolve_data_dir
 
 DATASETS = ("mnist", "fashion_mnist")
-DATA_DIR_ENV = "LNORM_DATA_DIR"
-DEFAULT_DATA_DIR = "~/.cache/lnorm/data"
 IMAGE_SHAPE = (28, 28)
 NUM_CLASSES = 10
 
@@ -69,15 +66,7 @@ MD5: dict[str, dict[str, str]] = {
 _IDX_UBYTE = 0x08  # IDX type code of unsigned bytes: magic = 0x0000 08 <ndim>.
 
 
-def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
-  """``data_dir`` if non-empty, else $LNORM_DATA_DIR, else DEFAULT_DATA_DIR."""
-  for candidate in (data_dir, os.environ.get(DATA_DIR_ENV)):
-    if candidate is not None and str(candidate).strip():
-      return Path(candidate).expanduser()
-  return Path(DEFAULT_DATA_DIR).expanduser()
-
-
-def _how_to_get(name: str, root: Path) -> str:
+def how_to_get(name: str, root: Path) -> str:
   return (f"get it with `python scripts/download_data.py {name} --data_dir "
           f"{root}`, or set {DATA_DIR_ENV} to a directory holding {name}/, "
           "or use data_source='tfds'")
@@ -86,27 +75,6 @@ def _how_to_get(name: str, root: Path) -> str:
 def _check_name(name: str) -> None:
   if name not in DATASETS:
     raise DataError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
-
-
-def _find(directory: Path, stem: str, how: str) -> Path:
-  for path in (directory / f"{stem}.gz", directory / stem):
-    if path.is_file():
-      return path
-  raise DataError(f"{directory / stem}.gz not found (nor {stem}); {how}")
-
-
-def _reason(e: BaseException) -> str:
-  lines = str(e).strip().splitlines()
-  return (lines[0] if lines else type(e).__name__)[:200]
-
-
-def _read(path: Path, how: str) -> bytes:
-  try:
-    raw = path.read_bytes()
-    return gzip.decompress(raw) if path.suffix == ".gz" else raw
-  # gzip.BadGzipFile is an OSError; a truncated stream is an EOFError.
-  except (OSError, EOFError, zlib.error) as e:
-    raise DataError(f"{path}: cannot read it ({_reason(e)}); {how}") from e
 
 
 def _parse_idx(data: bytes, path: Path, ndim: int, how: str) -> np.ndarray:
@@ -132,8 +100,8 @@ def _parse_idx(data: bytes, path: Path, ndim: int, how: str) -> np.ndarray:
 
 def _load_idx(directory: Path, stem: str, ndim: int, checksums: Mapping[str, str] | None,
               how: str) -> np.ndarray:
-  path = _find(directory, stem, how)
-  data = _read(path, how)
+  path = find(directory, stem, how)
+  data = read(path, how)
   if checksums is not None:
     want = checksums.get(stem)
     if want is None:
@@ -156,7 +124,7 @@ def load_mnist(name: str = "mnist", data_dir: str | os.PathLike[str] | None = No
   _check_name(name)
   root = resolve_data_dir(data_dir)
   directory = root / name
-  how = _how_to_get(name, root)
+  how = how_to_get(name, root)
   table = (MD5[name] if checksums is None else checksums) if verify else None
   out = {}
   for split, (images_stem, labels_stem) in SPLIT_FILES.items():
@@ -216,7 +184,7 @@ def load_tfds(name: str = "mnist", data_dir: str | os.PathLike[str] | None = Non
     # NotImplementedError (a RuntimeError), and preparing without TF as an ImportError.
     except (ImportError, KeyError, OSError, RuntimeError, ValueError) as e:
       raise DataError(
-          f"TFDS cannot load {name} split {split!r} from {where} ({_reason(e)}); "
+          f"TFDS cannot load {name} split {split!r} from {where} ({reason(e)}); "
           "data_source='tfds' needs a copy prepared as array_record (preparing "
           "needs TensorFlow), or use data_source='idx'") from e
     if not examples:

@@ -39,6 +39,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from lnorm.data import DataError
+from lnorm.data.files import reason
 
 SPLITS = ("train", "dev", "test")
 CAPTIONS_PER_IMAGE = 5
@@ -51,11 +52,6 @@ _WORD = re.compile(r"[a-z0-9]+(?:['-][a-z0-9]+)*|'s\b")
 class RetrievalDataError(DataError, ValueError):
   """A retrieval folder that is missing a file or does not hold together."""
 
-
-def reason(e: BaseException) -> str:
-  """The first line of an error, for a one-line message (as the other loaders')."""
-  lines = str(e).strip().splitlines()
-  return (lines[0] if lines else type(e).__name__)[:200]
 
 
 def tokenize(caption: str) -> list[str]:

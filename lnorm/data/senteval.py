@@ -23,7 +23,7 @@ from typing import Mapping
 import numpy as np
 
 from lnorm.data import DataError
-from lnorm.data.mnist import _reason, resolve_data_dir
+from lnorm.data.files import reason, resolve_data_dir
 
 NAME = "senteval"
 CLASSIFICATION = {  # task -> (label-1 file, label-0 file)
@@ -64,7 +64,7 @@ def _lines(root: Path, rel: str, sha256: Mapping[str, str]) -> list[str]:
   try:
     raw = path.read_bytes()
   except OSError as e:
-    raise DataError(f"{path}: cannot read it ({_reason(e)})") from e
+    raise DataError(f"{path}: cannot read it ({reason(e)})") from e
   got = hashlib.sha256(raw).hexdigest()
   if got != sha256[rel]:
     raise DataError(f"{path}: SHA-256 is {got}, expected {sha256[rel]} (truncated, corrupt "

@@ -98,15 +98,52 @@ def _zeros_carry(batch_shape: tuple[int, ...], features: int, dtype: Dtype
   return jnp.zeros(batch_shape + (features,), dtype)
 
 
-def _kernels(mod: nn.Module, x: Array, h: Array, n_gates: int,
-             suffix: str = '') -> tuple[Array, Array]:
-  """Returns ``(W_x x, W_h h)``, each (..., n_gates*H), in the compute dtype."""
-  H = mod.features
-  k_x = mod.param('kernel_x' + suffix, stacked(mod.kernel_init, n_gates),
-                  (x.shape[-1], n_gates * H), mod.param_dtype)
-  k_h = mod.param('kernel_h' + suffix,
-                  stacked(mod.recurrent_kernel_init, n_gates),
-                  (H, n_gates * H), mod.param_dtype)
+def lstm_params(mod: nn.Module, I: int, gain: Initializer) -> dict[str, Array]:
+  """An LSTM's parameters (``mod``: an LSTMCell or LSTM), in ``param_dtype``:
+  ``kernel_x`` (I, 4H), ``kernel_h`` (H, 4H), for 'layer' and 'batch'
+  ``gain_h`` and ``gain_x`` (4H,), ``bias`` (4H,), and for every norm but
+  'none' ``gain_c`` and ``bias_c`` (H,). Created in this order, which the cell
+  and the sequence layer share: Flax draws each one's init from the order."""
+  H, pd, norm = mod.features, mod.param_dtype, mod.norm
+  p = {'kernel_x': mod.param('kernel_x', stacked(mod.kernel_init, 4), (I, 4 * H), pd),
+       'kernel_h': mod.param('kernel_h', stacked(mod.recurrent_kernel_init, 4),
+                             (H, 4 * H), pd)}
+  if norm in ('layer', 'batch'):
+    p['gain_h'] = mod.param('gain_h', gain, (4 * H,), pd)
+    p['gain_x'] = mod.param('gain_x', gain, (4 * H,), pd)
+  p['bias'] = mod.param('bias', lstm_bias_init(mod.bias_init, mod.forget_bias), (4 * H,), pd)
+  if norm != 'none':
+    p['gain_c'] = mod.param('gain_c', gain, (H,), pd)
+    p['bias_c'] = mod.param('bias_c', initializers.zeros_init(), (H,), pd)
+  return p
+
+
+def gru_params(mod: nn.Module, I: int) -> dict[str, Array]:
+  """A GRU's parameters (``mod``: a GRUCell or GRU), in ``param_dtype`` and the
+  order the cell and the sequence layer share: ``kernel_x`` (I, 2H),
+  ``kernel_h`` (H, 2H), ``kernel_xc`` (I, H), ``kernel_hc`` (H, H); for
+  'layer' ``gain_h``, ``gain_x``, ``bias`` (2H,) and ``gain_xc``, ``bias_xc``,
+  ``gain_hc``, ``bias_hc`` (H,); for 'none' ``bias`` (2H,) and ``bias_c`` (H,)."""
+  H, pd, ones, b_init = mod.features, mod.param_dtype, initializers.ones_init(), mod.bias_init
+  p = {'kernel_x': mod.param('kernel_x', stacked(mod.kernel_init, 2), (I, 2 * H), pd),
+       'kernel_h': mod.param('kernel_h', stacked(mod.recurrent_kernel_init, 2),
+                             (H, 2 * H), pd),
+       'kernel_xc': mod.param('kernel_xc', stacked(mod.kernel_init, 1), (I, H), pd),
+       'kernel_hc': mod.param('kernel_hc', stacked(mod.recurrent_kernel_init, 1), (H, H), pd)}
+  if mod.norm == 'layer':
+    for name, init, size in (('gain_h', ones, 2 * H), ('gain_x', ones, 2 * H),
+                             ('bias', b_init, 2 * H), ('gain_xc', ones, H),
+                             ('bias_xc', b_init, H), ('gain_hc', ones, H), ('bias_hc', b_init, H)):
+      p[name] = mod.param(name, init, (size,), pd)
+  else:
+    p['bias'] = mod.param('bias', b_init, (2 * H,), pd)
+    p['bias_c'] = mod.param('bias_c', b_init, (H,), pd)
+  return p
+
+
+def _kernels(mod: nn.Module, x: Array, h: Array, k_x: Array, k_h: Array
+             ) -> tuple[Array, Array]:
+  """Returns ``(W_x x, W_h h)`` in the compute dtype."""
   x, h, k_x, k_h = promote_dtype(x, h, k_x, k_h, dtype=mod.dtype)
   return x @ k_x, h @ k_h
 
@@ -248,38 +285,32 @@ class LSTMCell(_CellMixin, nn.RNNCellBase):
 
   @nn.compact
   def __call__(self, carry: Carry, x: Array) -> tuple[Carry, Array]:
-    norm, H, eps = self.norm, self.features, self.eps
+    norm, eps = self.norm, self.eps
     c_BxH, h_BxH, *t = carry  # t: the step, for 'batch' only
-    wx_Bx4H, wh_Bx4H = _kernels(self, x, h_BxH, 4)
-    dt = wx_Bx4H.dtype
     if self.gain_init is not None:
       gain = initializers.constant(self.gain_init)
     else:
       gain = initializers.constant(0.1 if norm == 'batch' else 1.0)
-    if norm in ('layer', 'batch'):
-      g_h = _vector(self, 'gain_h', gain, 4 * H, dt)
-      g_x = _vector(self, 'gain_x', gain, 4 * H, dt)
-    b_4H = _vector(self, 'bias', lstm_bias_init(self.bias_init,
-                                                self.forget_bias), 4 * H, dt)
+    P = lstm_params(self, x.shape[-1], gain)
+    wx_Bx4H, wh_Bx4H = _kernels(self, x, h_BxH, P['kernel_x'], P['kernel_h'])
+    dt = wx_Bx4H.dtype
+    v = {k: a.astype(dt) for k, a in P.items() if not k.startswith('kernel')}
     if norm == 'layer':
-      z_Bx4H = (layer_norm(wh_Bx4H, g_h, eps=eps)
-                + layer_norm(wx_Bx4H, g_x, eps=eps))
+      z_Bx4H = (layer_norm(wh_Bx4H, v['gain_h'], eps=eps)
+                + layer_norm(wx_Bx4H, v['gain_x'], eps=eps))
     elif norm == 'batch':
-      z_Bx4H = (self._bn('h', wh_Bx4H, g_h, None, t[0])
-                + self._bn('x', wx_Bx4H, g_x, None, t[0]))
+      z_Bx4H = (self._bn('h', wh_Bx4H, v['gain_h'], None, t[0])
+                + self._bn('x', wx_Bx4H, v['gain_x'], None, t[0]))
     else:
       z_Bx4H = wh_Bx4H + wx_Bx4H
-    z_Bx4H = z_Bx4H + _row(b_4H, z_Bx4H.ndim)
+    z_Bx4H = z_Bx4H + _row(v['bias'], z_Bx4H.ndim)
     c_new, o_BxH = _lstm_update(z_Bx4H, c_BxH)
     if norm == 'none':
       cn_BxH = c_new
+    elif norm == 'batch':
+      cn_BxH = self._bn('c', c_new, v['gain_c'], v['bias_c'], t[0])
     else:
-      g_c = _vector(self, 'gain_c', gain, H, dt)
-      b_c = _vector(self, 'bias_c', initializers.zeros_init(), H, dt)
-      if norm == 'batch':
-        cn_BxH = self._bn('c', c_new, g_c, b_c, t[0])
-      else:
-        cn_BxH = layer_norm(c_new, g_c, b_c, eps=eps)
+      cn_BxH = layer_norm(c_new, v['gain_c'], v['bias_c'], eps=eps)
     h_new = (o_BxH * jnp.tanh(cn_BxH)).astype(h_BxH.dtype)
     c_new = c_new.astype(c_BxH.dtype)
     new_carry = (c_new, h_new) + tuple(s + 1 for s in t)
@@ -339,28 +370,21 @@ class GRUCell(_CellMixin, nn.RNNCellBase):
   @nn.compact
   def __call__(self, carry: Array, x: Array) -> tuple[Array, Array]:
     h_BxH = carry
-    H, eps = self.features, self.eps
-    wx_Bx2H, wh_Bx2H = _kernels(self, x, h_BxH, 2)
-    Wx_BxH, Uh_BxH = _kernels(self, x, h_BxH, 1, suffix='c')
+    eps = self.eps
+    P = gru_params(self, x.shape[-1])
+    wx_Bx2H, wh_Bx2H = _kernels(self, x, h_BxH, P['kernel_x'], P['kernel_h'])
+    Wx_BxH, Uh_BxH = _kernels(self, x, h_BxH, P['kernel_xc'], P['kernel_hc'])
     dt = wx_Bx2H.dtype
-    ones = initializers.ones_init()
+    v = {k: a.astype(dt) for k, a in P.items() if not k.startswith('kernel')}
+    b_2H = v['bias']
     if self.norm == 'layer':
-      g_h = _vector(self, 'gain_h', ones, 2 * H, dt)
-      g_x = _vector(self, 'gain_x', ones, 2 * H, dt)
-      b_2H = _vector(self, 'bias', self.bias_init, 2 * H, dt)
-      g_xc = _vector(self, 'gain_xc', ones, H, dt)
-      b_xc = _vector(self, 'bias_xc', self.bias_init, H, dt)
-      g_hc = _vector(self, 'gain_hc', ones, H, dt)
-      b_hc = _vector(self, 'bias_hc', self.bias_init, H, dt)
-      zr_Bx2H = (layer_norm(wh_Bx2H, g_h, eps=eps)
-                 + layer_norm(wx_Bx2H, g_x, eps=eps))
-      Wx_BxH = layer_norm(Wx_BxH, g_xc, b_xc, eps=eps)
-      Uh_BxH = layer_norm(Uh_BxH, g_hc, b_hc, eps=eps)
+      zr_Bx2H = (layer_norm(wh_Bx2H, v['gain_h'], eps=eps)
+                 + layer_norm(wx_Bx2H, v['gain_x'], eps=eps))
+      Wx_BxH = layer_norm(Wx_BxH, v['gain_xc'], v['bias_xc'], eps=eps)
+      Uh_BxH = layer_norm(Uh_BxH, v['gain_hc'], v['bias_hc'], eps=eps)
     else:
-      b_2H = _vector(self, 'bias', self.bias_init, 2 * H, dt)
-      b_c = _vector(self, 'bias_c', self.bias_init, H, dt)
       zr_Bx2H = wh_Bx2H + wx_Bx2H
-      Wx_BxH = Wx_BxH + _row(b_c, Wx_BxH.ndim)
+      Wx_BxH = Wx_BxH + _row(v['bias_c'], Wx_BxH.ndim)
     zr_Bx2H = zr_Bx2H + _row(b_2H, zr_Bx2H.ndim)
     z_BxH, r_BxH = jnp.split(jax.nn.sigmoid(zr_Bx2H), 2, -1)
     hh_BxH = jnp.tanh(Wx_BxH + r_BxH * Uh_BxH)
@@ -397,7 +421,11 @@ class RNNCell(_CellMixin, nn.RNNCellBase):
   @nn.compact
   def __call__(self, carry: Array, x: Array) -> tuple[Array, Array]:
     H = self.features
-    wx_BxH, wh_BxH = _kernels(self, x, carry, 1)
+    k_x = self.param('kernel_x', stacked(self.kernel_init, 1), (x.shape[-1], H),
+                     self.param_dtype)
+    k_h = self.param('kernel_h', stacked(self.recurrent_kernel_init, 1), (H, H),
+                     self.param_dtype)
+    wx_BxH, wh_BxH = _kernels(self, x, carry, k_x, k_h)
     dt = wx_BxH.dtype
     if self.norm == 'layer':
       g_H = _vector(self, 'gain', initializers.ones_init(), H, dt)

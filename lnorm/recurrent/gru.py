@@ -11,8 +11,7 @@ from flax.typing import Array, Dtype, Initializer
 
 from lnorm import norms
 from lnorm.normalization import layer_norm
-from lnorm.recurrent.cells import (GRU_NORMS, default_kernel_init,
-                                   default_recurrent_kernel_init, stacked)
+from lnorm.recurrent.cells import (GRU_NORMS, default_kernel_init, default_recurrent_kernel_init, gru_params)
 
 
 class GRU(nn.Module):
@@ -62,32 +61,17 @@ class GRU(nn.Module):
                context: Array | None = None):
     if x.ndim < 2:
       raise ValueError(f'input of shape {x.shape} has no time axis')
-    H, p, pd, eps = self.features, self.param, self.param_dtype, self.eps
+    H, eps = self.features, self.eps
     batch_shape, (T, X) = x.shape[:-2], x.shape[-2:]
     if context is not None and context.shape[:-1] != batch_shape:
       raise ValueError(f'context has shape {context.shape}; expected '
                        f'{batch_shape} (batch...) and a feature axis')
     I = X + (0 if context is None else context.shape[-1])
-    ones, binit = initializers.ones_init(), self.bias_init
-    # Created in the cell's order.
-    k_x = p('kernel_x', stacked(self.kernel_init, 2), (I, 2 * H), pd)
-    k_h = p('kernel_h', stacked(self.recurrent_kernel_init, 2), (H, 2 * H),
-            pd)
-    k_xc = p('kernel_xc', stacked(self.kernel_init, 1), (I, H), pd)
-    k_hc = p('kernel_hc', stacked(self.recurrent_kernel_init, 1), (H, H), pd)
+    P = gru_params(self, I)
     layer = self.norm == 'layer'
-    if layer:
-      g_h = p('gain_h', ones, (2 * H,), pd)
-      g_x = p('gain_x', ones, (2 * H,), pd)
-      b_2H = p('bias', binit, (2 * H,), pd)
-      g_xc = p('gain_xc', ones, (H,), pd)
-      b_xc = p('bias_xc', binit, (H,), pd)
-      g_hc = p('gain_hc', ones, (H,), pd)
-      b_hc = p('bias_hc', binit, (H,), pd)
-    else:
-      b_2H = p('bias', binit, (2 * H,), pd)
-      b_c = p('bias_c', binit, (H,), pd)
-      g_h = g_x = g_xc = b_xc = g_hc = b_hc = None
+    k_x, k_h, k_xc, k_hc, b_2H, b_c, g_h, g_x, g_xc, b_xc, g_hc, b_hc = (
+        P.get(k) for k in ('kernel_x', 'kernel_h', 'kernel_xc', 'kernel_hc', 'bias', 'bias_c',
+                           'gain_h', 'gain_x', 'gain_xc', 'bias_xc', 'gain_hc', 'bias_hc'))
 
     x_TxBxX = jnp.moveaxis(x.reshape((-1, T, X)), 1, 0)
     B = x_TxBxX.shape[1]

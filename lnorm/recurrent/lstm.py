@@ -9,9 +9,7 @@ from flax.linen.dtypes import promote_dtype
 from flax.typing import Array, Dtype, Initializer
 
 from lnorm import norms
-from lnorm.recurrent.cells import (default_kernel_init,
-                                   default_recurrent_kernel_init,
-                                   lstm_bias_init, stacked)
+from lnorm.recurrent.cells import (default_kernel_init, default_recurrent_kernel_init, lstm_params)
 from lnorm.recurrent.lstm_scan import NORMS, center, lstm_scan, proj
 
 
@@ -87,22 +85,12 @@ class LSTM(nn.Module):
                initial_carry: tuple[Array, Array] | None = None):
     if x.ndim < 2:
       raise ValueError(f'input of shape {x.shape} has no time axis')
-    H, p, pd = self.features, self.param, self.param_dtype
+    H = self.features
     batch_shape, (T, I) = x.shape[:-2], x.shape[-2:]
-    ones, zeros = initializers.constant(self.gain_init), initializers.zeros_init()
-    # Created in the cell's order.
-    k_x = p('kernel_x', stacked(self.kernel_init, 4), (I, 4 * H), pd)
-    k_h = p('kernel_h', stacked(self.recurrent_kernel_init, 4), (H, 4 * H),
-            pd)
-    g_h = g_x = g_c = b_c = None
-    if self.norm == 'layer':
-      g_h = p('gain_h', ones, (4 * H,), pd)
-      g_x = p('gain_x', ones, (4 * H,), pd)
-    b_4H = p('bias', lstm_bias_init(self.bias_init, self.forget_bias),
-             (4 * H,), pd)
-    if self.norm != 'none':
-      g_c = p('gain_c', ones, (H,), pd)
-      b_c = p('bias_c', zeros, (H,), pd)
+    P = lstm_params(self, I, initializers.constant(self.gain_init))
+    k_x, k_h, g_h, g_x, b_4H, g_c, b_c = (
+        P.get(k) for k in ('kernel_x', 'kernel_h', 'gain_h', 'gain_x', 'bias', 'gain_c',
+                           'bias_c'))
 
     x_TxBxI = jnp.moveaxis(x.reshape((-1, T, I)), 1, 0)
     B = x_TxBxI.shape[1]

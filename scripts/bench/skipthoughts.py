@@ -2,14 +2,14 @@
 
 Usage::
 
-    python -m scripts.bench_skipthoughts [--preset cpu|paper|smoke] [--repeats N]
+    python -m scripts.bench.skipthoughts [--preset cpu|paper|smoke] [--repeats N]
         [--batch_size B] [--sample-s S]
 
 One jitted training step (forward, backward through the three GRUs and the
 output layer, clipping and Adam, the state donated) at a preset's model and
 batch shape (configs/skipthoughts.py), on random full-length sentences, for
 ``norm=none`` and ``norm=layer`` side by side in this one process: every
-repeat takes one sample of each in a fresh random order (scripts/bench_timing.py).
+repeat takes one sample of each in a fresh random order (scripts/bench/timing.py).
 Prints the median seconds per update of each and their ratio; the goal is
 layer / none <= 1.15 (the paper found "no significant difference" per
 iteration).
@@ -26,7 +26,7 @@ import numpy as np
 
 from configs import skipthoughts as cfg
 from experiments import skipthoughts as exp
-from scripts import bench_timing
+from scripts.bench import timing as bench_timing
 
 GOAL = 1.15
 

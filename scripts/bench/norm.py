@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m scripts.bench_norm [--repeats N] [--shapes 128x1000,8x400,4096x1024]
+    python -m scripts.bench.norm [--repeats N] [--shapes 128x1000,8x400,4096x1024]
         [--baseline OLD/layer_norm_cpu.cc]
 
 For each shape (a batch of rows, normalized over the last axis, float32, with
@@ -18,7 +18,7 @@ a gain and a bias, eps=1e-5) it times, side by side in this one process:
 
 ``ours`` is ``lnorm.normalization.layer_norm``, which on CPU runs the fused
 native kernels of ``lnorm/native`` (where they built). ``xla`` is the same
-function held to its XLA version (``fused_layer_norm.layer_norm(...,
+function held to its XLA version (``fused_layer_norm.normalize(...,
 native=False)``), what ``ours`` runs on other backends; ``ours/xla`` is the
 kernels' speed-up, measured side by side.
 
@@ -81,13 +81,13 @@ try:  # torch is optional
 except ImportError:  # pragma: no cover - depends on the environment
   torch = None
 
-if __package__ in (None, ""):  # Run as `python scripts/bench_norm.py`.
-  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # Run as a file: `python scripts/bench/norm.py`.
+  sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lnorm import fused_layer_norm  # pylint: disable=wrong-import-position
 from lnorm import native  # pylint: disable=wrong-import-position
 from lnorm.normalization import layer_norm  # pylint: disable=wrong-import-position
-from scripts.bench_timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
+from scripts.bench.timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
 
 EPS = 1e-5
 DEFAULT_SHAPES = "128x1000,8x400,4096x1024"
@@ -159,7 +159,7 @@ def jax_candidates(x, g, b, dy, baseline: bool = False):
     return layer_norm(x, g, b, axis=-1, eps=EPS)
 
   def xla(x, g, b):
-    return fused_layer_norm.layer_norm(x, g, b, axes=(x.ndim - 1,), eps=EPS,
+    return fused_layer_norm.normalize(x, g, b, axes=(x.ndim - 1,), eps=EPS,
                                        native=False)
 
   model = nn.LayerNorm(epsilon=EPS)  # default settings otherwise

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m scripts.bench_epoch [--batch_sizes 128,4] [--norms none,layer,batch]
+    python -m scripts.bench.epoch [--batch_sizes 128,4] [--norms none,layer,batch]
         [--examples 6400] [--repeats 5]
 
 For each (norm, batch size) it times, side by side in this one process,
@@ -42,12 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-if __package__ in (None, ""):  # Run as `python scripts/bench_epoch.py`.
-  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # Run as a file: `python scripts/bench/epoch.py`.
+  sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from configs import pi_mnist as pi_mnist_config  # pylint: disable=wrong-import-position
 from experiments import classifier, pi_mnist  # pylint: disable=wrong-import-position
-from scripts.bench_timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
+from scripts.bench.timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
 
 NUM_TRAIN = 55_000
 

@@ -15,16 +15,16 @@ its data, its model and ``create_train_state``, ``train_step``, ``eval_step`` (a
                                  shuffle_key=lambda epoch: ..., batch=...),
           evaluate=lambda state: {"valid_nll": ..., ...}, # floats, over the splits
           num_steps=config.num_epochs * steps_per_epoch, steps_per_epoch=steps_per_epoch)
-    return loop.run(config, workdir, setup)
+    return loop.run(config, workdir, setup)   # options: loop.Options.of(config)
 
 The loop owns the rest: the workdir (lock, config.json, checks), resume from the
 newest checkpoint that restores, metrics.jsonl and TensorBoard, progress, the
-NaN stop, evaluation (every ``config.eval_every_steps`` updates, 0 = at epoch
+NaN stop, evaluation (every ``Options.eval_every_steps`` updates, 0 = at epoch
 ends only, and at every epoch end and the last step), a checkpoint after each
 evaluation, SIGINT/SIGTERM, and the summary. It drives ``train_step`` as a
 jitted ``lax.scan`` over the steps between two evaluations (at most
-``config.steps_per_call`` steps a call, 0 = no limit), with the state donated;
-``Task.stepwise=True`` runs one jitted call per step instead (where XLA is slow
+``Options.steps_per_call`` steps a call, 0 = no limit), with the state donated;
+``Task.scan_epoch=False`` runs one jitted call per step instead (where XLA is slow
 inside a scan, as for convolutions on CPU). Batches come from a :class:`Feed`,
 a pure function of the step number, so a resumed run sees the same ones. Pass
 what the steps need (the model, shapes) by closure or ``functools.partial``,
@@ -48,10 +48,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import parallel
-from experiments import workdir as wdir
-from experiments.errors import NonFiniteLossError, UserError
-from experiments.progress import Progress, duration, epochs, epochs_touched
+from experiments.runner import parallel
+from experiments.runner import workdir as wdir
+from experiments.runner.errors import NonFiniteLossError, UserError
+from experiments.runner.progress import Progress, duration, epochs, epochs_touched
 
 Metrics = Mapping[str, jax.Array]
 
@@ -119,19 +119,24 @@ class EpochShuffle:
     return out
 
 
-@dataclasses.dataclass
-class StepBatches:
-  """Host-side batches, one per step: ``get(step)`` returns step's batch (numpy
-  arrays), e.g. from a data set too large for the device or not in epochs."""
-  get: Callable[[int], Any]
-  data: Any = ()
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """What the loop takes from a config, by name; the config itself is only
+  recorded (config.json), never read or changed by the loop."""
+  eval_every_steps: int = 0        # evaluate every this many updates (0: at epoch ends only)
+  steps_per_call: int = 0          # at most this many steps a jitted call (0: no limit)
+  batch_size: int = 0              # must split evenly over the devices (0: not checked)
+  num_devices: int = 0             # data parallel over this many devices (0: all)
+  data_dir: str | None = None      # recorded resolved in config.json; None: reads no data dir
+  num_epochs: int | None = None    # named in the message of a run asked for 0 steps
 
-  def plan(self, start: int, stop: int) -> Any:
-    return jax.tree.map(lambda *a: np.stack(a), *(self.get(s) for s in range(start, stop)))
-
-  def batch(self, data: Any, xs: Any) -> Any:
-    del data
-    return xs
+  @classmethod
+  def of(cls, config: ml_collections.ConfigDict) -> "Options":
+    """The fields of ``config`` that the loop uses, where it has them."""
+    get = lambda k, d: config.get(k, d) if config.get(k, d) is not None else d
+    return cls(eval_every_steps=get("eval_every_steps", 0), steps_per_call=get("steps_per_call", 0),
+               batch_size=get("batch_size", 0), num_devices=get("num_devices", 0),
+               data_dir=config.get("data_dir"), num_epochs=config.get("num_epochs"))
 
 
 @dataclasses.dataclass
@@ -144,7 +149,7 @@ class Task:
   num_steps: int                   # updates in the whole run
   steps_per_epoch: int | None = None  # None: a run counted in steps only
   examples_per_step: int = 1       # for the rates
-  stepwise: bool = False           # one jitted call per step instead of a scan
+  scan_epoch: bool = True          # the steps between evaluations as one lax.scan; False: a call a step
   show: tuple[str, ...] = ()       # metrics on the progress line and in the summary
   finish: Callable[[Any, Path], None] | None = None  # after training, e.g. samples
 
@@ -244,13 +249,12 @@ class _StoppedEarly(BaseException):
     self.signum = signum
 
 
-def _resolve_data_dir(config: ml_collections.ConfigDict) -> str | None:
-  if "data_dir" not in config:
+def _resolved(data_dir: str | None) -> str | None:
+  if data_dir is None:
     return None
   from lnorm.data import resolve_data_dir  # pylint: disable=g-import-not-at-top
   # Recorded in config.json as resolved: '' would lose $LNORM_DATA_DIR.
-  config.data_dir = str(resolve_data_dir(config.data_dir).absolute())
-  return config.data_dir
+  return str(resolve_data_dir(data_dir).absolute())
 
 
 def _mean(chunks: list[jax.Array], names: list[str], stacked: bool) -> dict[str, float]:
@@ -274,35 +278,38 @@ def _epoch_of(step: int, spe: int | None) -> int | float | None:
   return step // spe if step % spe == 0 else round(step / spe, 6)
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, setup: Callable[[], Task]) -> Any:
+def run(config: ml_collections.ConfigDict, workdir: str, setup: Callable[[], Task],
+        options: Options | None = None) -> Any:
   """Trains the :class:`Task` that ``setup()`` returns in ``workdir``, resuming
   what is there; returns the final state. ``setup`` runs after the workdir
-  checks, so a bad workdir is reported before the data loads."""
+  checks, so a bad workdir is reported before the data loads. ``config`` is
+  recorded; the loop's settings are ``options`` (default ``Options.of(config)``)."""
   t_start = time.perf_counter()
-  mesh = parallel.mesh_for(config)  # data parallel over its devices (parallel.py)
+  opts = Options.of(config) if options is None else options
+  if opts.eval_every_steps < 0 or opts.steps_per_call < 0:
+    raise UserError("eval_every_steps and steps_per_call must be 0 or more")
+  # Data parallel over the devices (parallel.py).
+  mesh = parallel.mesh_for(opts.num_devices, opts.batch_size)
+  data_dir = _resolved(opts.data_dir)
+  make = functools.partial(wdir.RunDir, data_dir=data_dir)
   with _Stop() as stop:
     try:
-      with parallel.run_dir(workdir, config, wdir.RunDir) as rd:
-        data_dir = _resolve_data_dir(config)
+      with parallel.run_dir(workdir, config, make) as rd:
         wdir.announce(config, rd.path, data_dir)
-        task = parallel.distribute(setup(), mesh, config.get("batch_size", 0))
+        task = parallel.distribute(setup(), mesh, opts.batch_size)
         # From here on the workdir is written: a signal waits for a safe point.
         stop.defer()
         wd = rd.create()
-        return _train(config, wd, task, t_start, stop)
+        return _train(opts, wd, task, t_start, stop)
     except _StoppedEarly as e:
       raise Stopped(f"stopped by {signal.Signals(e.signum).name} before training began; "
                     "nothing was trained. Rerun the same command to start or resume",
                     128 + e.signum) from None
 
 
-def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: float,
-           stop: _Stop) -> Any:
+def _train(opts: Options, wd: Path, task: Task, t_start: float, stop: _Stop) -> Any:
   spe, total = task.steps_per_epoch, task.num_steps
-  eval_every = int(config.get("eval_every_steps", 0) or 0)
-  per_call = int(config.get("steps_per_call", 0) or 0)
-  if eval_every < 0 or per_call < 0:
-    raise UserError("eval_every_steps and steps_per_call must be 0 or more")
+  eval_every, per_call = int(opts.eval_every_steps), int(opts.steps_per_call)
   feed = task.feed
   wdir.check_room(wd, task.state)
 
@@ -313,7 +320,7 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
   calls: dict[int, Any] = {}
   names: list[str] = []
   t0 = time.perf_counter()
-  if task.stepwise:
+  if not task.scan_epoch:
     if plan_from_zero:
       a, _, _ = plan_from_zero[0]
       x0 = jax.tree.map(lambda v: v[0], feed.plan(a, a + 1))
@@ -340,7 +347,7 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
       print(f"resuming from step {step} of {total}{where}", flush=True)
     writer = parallel.metrics_writer(wdir.MetricsWriter, wd, step)
     try:
-      state = _loop(config, wd, task, calls, names, mngr, writer, state, step,
+      state = _loop(opts, wd, task, calls, names, mngr, writer, state, step,
                     eval_every, per_call, t_start, stop)
     finally:
       writer.close()
@@ -351,7 +358,7 @@ def _train(config: ml_collections.ConfigDict, wd: Path, task: Task, t_start: flo
   return state
 
 
-def _loop(config, wd: Path, task: Task, calls, names, mngr, writer, state, first: int,
+def _loop(opts: Options, wd: Path, task: Task, calls, names, mngr, writer, state, first: int,
           eval_every: int, per_call: int, t_start: float, stop: _Stop) -> Any:
   spe, total, feed = task.steps_per_epoch, task.num_steps, task.feed
   progress = Progress(total, first, task.examples_per_step, spe, epochs_touched(total, spe))
@@ -364,7 +371,7 @@ def _loop(config, wd: Path, task: Task, calls, names, mngr, writer, state, first
         break
       t0 = time.perf_counter()
       xs = feed.plan(a, b)
-      if task.stepwise:
+      if not task.scan_epoch:
         for i in range(b - a):
           state, m = calls[1](state, feed.data, jax.tree.map(lambda v: v[i], xs))
           pending.append(m)
@@ -377,7 +384,7 @@ def _loop(config, wd: Path, task: Task, calls, names, mngr, writer, state, first
       interval_s, interval_steps, step = interval_s + dt, interval_steps + b - a, b
       progress.advance(step, dt)
       if evaluate:
-        train = _mean(pending, names, stacked=not task.stepwise)
+        train = _mean(pending, names, stacked=task.scan_epoch)
         _evaluate_and_save(task, mngr, writer, progress, state, step, train,
                            interval_s, interval_steps, wd)
         pending, interval_s, interval_steps = [], 0.0, 0
@@ -390,9 +397,9 @@ def _loop(config, wd: Path, task: Task, calls, names, mngr, writer, state, first
         f"stopped by {name} at step {step} of {total}; "
         + (f"the last checkpoint is step {last}" if last is not None
            else "no checkpoint was written yet") +
-        f". Rerun the same command to resume", 128 + stop.signum)
+        ". Rerun the same command to resume", 128 + stop.signum)
   _summary(task, writer, first, step, progress.train_s, time.perf_counter() - t_start,
-           config)
+           opts.num_epochs)
   return state
 
 
@@ -449,10 +456,10 @@ def _best(records: list[dict], key: str) -> tuple[float, int] | None:
 
 
 def _summary(task: Task, writer, first: int, step: int, train_s: float, total_s: float,
-             config) -> None:
+             num_epochs: int | None) -> None:
   if step == first:
     why = ("the config asks for 0 steps" + (
-        f" (num_epochs={config.num_epochs})" if "num_epochs" in config else "")
+        f" (num_epochs={num_epochs})" if num_epochs is not None else "")
         if task.num_steps == 0 else f"the run is already at step {step} of {task.num_steps}")
     print(f"nothing was trained: {why}", flush=True)
   records = writer.records

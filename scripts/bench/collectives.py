@@ -1,7 +1,7 @@
 r"""What each norm costs across devices: the collectives in one data-parallel
 training step, read from the compiled HLO, and the step's time.
 
-  python scripts/bench_collectives.py [--devices 8] [--batch_size 128] [--hidden 1000,1000]
+  python -m scripts.bench.collectives [--devices 8] [--batch_size 128] [--hidden 1000,1000]
 
 One pi-MNIST training step (experiments/classifier.py's ``train_step`` through
 ``parallel.data_parallel``, the run loop's path) per norm, compiled for a mesh
@@ -40,13 +40,13 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
                              f" --xla_force_host_platform_device_count={ARGS.devices}")
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from configs import pi_mnist as pi_config  # pylint: disable=g-import-not-at-top,wrong-import-position
-from experiments import classifier, parallel, pi_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments import classifier, pi_mnist  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.runner import parallel
 from lnorm import native  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute",

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from experiments.errors import UserError
+from experiments.runner.errors import UserError
 
 DATA = "data"  # the mesh axis the batch is split over
 BN_STATS = ("global", "local")
@@ -128,14 +128,14 @@ def make_mesh(num_devices: int = 0) -> Mesh:
   return Mesh(np.array(jax.devices()[:n]), (DATA,))
 
 
-def mesh_for(config) -> Mesh:
-  """The mesh of ``config.num_devices`` (absent: all devices), after checking
-  that ``config.batch_size`` splits evenly over it."""
-  num = config.get("num_devices", 0)
+def mesh_for(num_devices: int, batch_size: int | None) -> Mesh:
+  """The mesh of ``num_devices`` (0: all devices), after checking that
+  ``batch_size`` splits evenly over it."""
+  num = num_devices
   if not isinstance(num, int) or num < 0:
     raise UserError(f"num_devices={num!r} is not valid; it must be 0 (all) or more")
   mesh = make_mesh(num)
-  b, n = config.get("batch_size"), mesh.size
+  b, n = batch_size, mesh.size
   if isinstance(b, int) and b % n:
     raise UserError(f"batch_size={b} does not divide by the {n} devices of the mesh; "
                     f"use a multiple of {n} or set num_devices")
@@ -150,7 +150,8 @@ def bn_groups(config) -> int:
   if stats not in BN_STATS:
     raise UserError(f"bn_stats={stats!r} is not valid; choose one of: "
                     f"{', '.join(BN_STATS)}")
-  return mesh_for(config).size if stats == "local" else 1
+  mesh = mesh_for(config.get("num_devices", 0), config.get("batch_size"))
+  return mesh.size if stats == "local" else 1
 
 
 # --- Placing arrays ----------------------------------------------------------
@@ -186,7 +187,7 @@ def _batch_spec(x: Any, axis: int, batch_size: int, mesh: Mesh) -> P:
 
 
 def shard_plan(plan: Any, mesh: Mesh, batch_size: int) -> Any:
-  """A :class:`~experiments.loop.Feed` plan (leaves ``[steps, batch, ...]``) on
+  """A :class:`~experiments.runner.loop.Feed` plan (leaves ``[steps, batch, ...]``) on
   the mesh: the batch axis split over ``data``, other leaves replicated."""
   return jax.tree.map(
       lambda x: _place(x, NamedSharding(mesh, _batch_spec(x, 1, batch_size, mesh))), plan)
@@ -228,7 +229,7 @@ class ShardedFeed:
 
 
 def distribute(task: Any, mesh: Mesh, batch_size: int) -> Any:
-  """A :class:`~experiments.loop.Task` on ``mesh``: its state replicated, its
+  """A :class:`~experiments.runner.loop.Task` on ``mesh``: its state replicated, its
   batches split, its step :func:`data_parallel`. With several processes each
   evaluates on its own copy of the state (:func:`to_local`), so that an
   experiment's evaluation may take its process-local arrays as they are; only

@@ -34,9 +34,9 @@ import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
-from experiments.errors import ConfigError, UserError
+from experiments.runner.errors import ConfigError, UserError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ml-collections",
             "numpy", "tensorflow-datasets", "tensorboardX")
 # Fields a resumed run may change. num_epochs and num_steps may only grow:
@@ -222,9 +222,11 @@ class RunDir:
   goes when the block ends.
   """
 
-  def __init__(self, workdir: str | os.PathLike[str], config: ml_collections.ConfigDict):
+  def __init__(self, workdir: str | os.PathLike[str], config: ml_collections.ConfigDict,
+               data_dir: str | None = None):
     self.path = Path(workdir).expanduser().absolute()
     self.config = config
+    self.data_dir = data_dir  # recorded in place of config.data_dir: resolved
     self._lock_fd: int | None = None
     self._check_path()
     if self.path.is_dir():
@@ -238,7 +240,10 @@ class RunDir:
         raise
 
   def config_json(self) -> dict:
-    return json.loads(json.dumps(self.config.to_dict()))  # Tuples as JSON lists.
+    cfg = self.config.to_dict()
+    if self.data_dir is not None:
+      cfg["data_dir"] = self.data_dir
+    return json.loads(json.dumps(cfg))  # Tuples as JSON lists.
 
   def _check_path(self) -> None:
     wd = self.path
@@ -327,12 +332,6 @@ class RunDir:
 
   def __exit__(self, *exc) -> None:
     self.close()
-
-
-def prepare(workdir: str, config: ml_collections.ConfigDict) -> Path:
-  """Checks, creates and records ``workdir`` in one go (the lock is not kept)."""
-  with RunDir(workdir, config) as rd:
-    return rd.create()
 
 
 def read_metrics(path: Path) -> tuple[list[dict], int]:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    LNORM_DATA_DIR=../shared/data python -m scripts.bench_reader [--preset cpu]
+    LNORM_DATA_DIR=../shared/data python -m scripts.bench.reader [--preset cpu]
         [--norms none,layer] [--steps 100] [--repeats 3]
 
 Reads the preset's questions (configs/reader.py; build the stand-in first with
@@ -15,7 +15,7 @@ with the state donated (the loop's own call), for each norm:
 * ``bucketed``: the preset's ``sort_batches`` and ``length_buckets``.
 
 Each repeat takes one sample of each in a fresh random order
-(scripts/bench_timing.py). Prints the median seconds per update, the ratio,
+(scripts/bench/timing.py). Prints the median seconds per update, the ratio,
 and the mean LSTM steps (passage + query length scanned) per update, the
 ratio one would expect if the scans' steps were all the cost.
 """
@@ -29,10 +29,10 @@ import jax
 import numpy as np
 
 from configs import reader as cfg
-from experiments import loop
+from experiments.runner import loop
 from experiments import reader as exp
 from lnorm.data import resolve_data_dir
-from scripts import bench_timing
+from scripts.bench import timing as bench_timing
 
 
 def make_epoch(config, arrays, sizes, steps: int, sort_batches: int, length_buckets: int):

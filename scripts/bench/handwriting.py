@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m scripts.bench_handwriting [--shapes paper,cpu] [--repeats N]
+    python -m scripts.bench.handwriting [--shapes paper,cpu] [--repeats N]
         [--norms none,layer]
 
 One update of experiments/handwriting.py's ``train_step`` (forward, backward
@@ -22,14 +22,14 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from configs import handwriting as hw_config  # noqa: E402
 from experiments import handwriting as exp  # noqa: E402
-from scripts import bench_timing  # noqa: E402
+from scripts.bench import timing as bench_timing  # noqa: E402
 
 TEXT_LEN = 64
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import ml_collections
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def available() -> list[str]:

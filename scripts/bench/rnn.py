@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m scripts.bench_rnn [--shapes short,handwriting,draw] [--repeats N]
+    python -m scripts.bench.rnn [--shapes short,handwriting,draw] [--repeats N]
         [--torch-threads N] [--candidates NAME,...] [--no-check]
 
 For each shape it times one training step, forward and backward, side by
@@ -70,11 +70,11 @@ try:  # torch is optional
 except ImportError:  # pragma: no cover - depends on the environment
   torch = None
 
-if __package__ in (None, ""):  # Run as `python scripts/bench_rnn.py`.
-  sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # Run as a file: `python scripts/bench/rnn.py`.
+  sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lnorm import recurrent as R  # pylint: disable=wrong-import-position
-from scripts.bench_timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
+from scripts.bench.timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
 
 EPS = 1e-5
 SHAPES = {  # name: (T, B, H, I, L)

@@ -1,0 +1,216 @@
+r"""The command line of a run: its flags, the config loader and the errors.
+
+  python -m experiments.main --config configs/pi_mnist.py:cpu --workdir runs/pi_mnist \
+      --config.norm=layer
+  python -m experiments.main --config configs/pi_mnist.py --help   # its fields
+
+The config's ``experiment`` field names the experiment (``experiments/<name>.py``),
+whose ``train_and_evaluate(config, workdir)`` does the work (experiments/runner/loop.py).
+The config file is read once, by ``config_flags``; every mistake in it or in the
+flags is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import difflib
+import importlib
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from experiments.runner import confighelp, parallel
+from experiments.runner.errors import NonFiniteLossError, UserError
+from experiments.runner.loop import Stopped
+from lnorm import native
+from lnorm.data import DataError
+
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Directory for config.json, metrics.jsonl, TensorBoard "
+    "events and checkpoints; a rerun on it resumes.")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config: configs/<experiment>.py[:preset].",
+    lock_config=True)
+flags.mark_flags_as_required(["config", "workdir"])
+parallel.define_flags()  # --coordinator_address etc., for several processes
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def keep_freed_memory() -> bool:
+  """Has glibc's malloc keep the memory this process frees, for reuse.
+
+  XLA:CPU allocates each call's temporaries and outputs with malloc. By
+  default glibc maps every block above its mmap threshold (at most 32 MiB)
+  afresh and unmaps it when it is freed, so a training step with large
+  temporaries page-faults all of them on every call (BENCHMARKS.md, "The
+  allocator"). The price is that the process keeps its peak memory. Blocks
+  over 64 MiB that XLA's threads allocate are still mapped afresh: only
+  ``MALLOC_ARENA_MAX=1`` keeps those, at the cost of one lock for all
+  threads, which slowed DRAW's training (BENCHMARKS.md); set it where the
+  temporaries are that large.
+  Skipped where the C library has no ``mallopt``, and where the user set
+  glibc's ``MALLOC_MMAP_MAX_`` or ``MALLOC_TRIM_THRESHOLD_``. Returns whether
+  it applied.
+  """
+  if "MALLOC_MMAP_MAX_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
+    return False
+  try:
+    mallopt = ctypes.CDLL(None).mallopt
+  except (OSError, AttributeError):
+    return False
+  return bool(mallopt(_M_MMAP_MAX, 0)) and bool(
+      mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+def check_environment() -> None:
+  """The environment variables lnorm reads, checked before anything runs."""
+  try:
+    native.mode()
+  except ValueError as e:
+    raise UserError(str(e)) from None
+
+
+class _Loaded:
+  """The config that config_flags loaded, kept for the error messages."""
+  spec: str | None = None
+  config = None
+
+
+def _where(e: BaseException, path: str) -> str:
+  """``file:line`` of the deepest frame of ``e`` in the config file."""
+  line = None
+  for frame in traceback.extract_tb(e.__traceback__):
+    if Path(frame.filename).resolve() == Path(path).resolve():
+      line = frame.lineno
+  return f"{path}:{line}" if line else path
+
+
+def _load(parse, spec: str):
+  """config_flags' own loader, with its failures as one-line UserErrors."""
+  path = spec.split(":", 1)[0]
+  try:
+    config = parse(spec)
+  except SyntaxError as e:
+    raise UserError(f"{e.filename or path}:{e.lineno}: syntax error in the config file: "
+                    f"{e.msg}") from None
+  except (TypeError, ValueError) as e:
+    # config_flags re-raises get_config's error with a traceback as its text.
+    cause = e.__context__ or e
+    if isinstance(cause, ValueError) and "preset" in str(cause):
+      raise UserError(f"{spec}: {cause}") from None
+    raise UserError(f"{_where(cause, path)}: {type(cause).__name__}: {cause}") from None
+  except Exception as e:  # pylint: disable=broad-except  # An error in the file's code.
+    if isinstance(e, AttributeError) and "get_config" in str(e):
+      raise UserError(f"{path}:1: the config file has no get_config(preset) function; "
+                      "see configs/*.py") from None
+    raise UserError(f"{_where(e, path)}: {type(e).__name__}: {e}") from None
+  if type(config).__name__ == "_ErrorConfig":  # config_flags defers an unreadable file.
+    raise UserError(f"config file {path!r} not found; configs are in configs/*.py: "
+                    + ", ".join(confighelp.available()))
+  _Loaded.spec, _Loaded.config = spec, config
+  return config
+
+
+def _install_loader() -> None:
+  parser = flags.FLAGS["config"].parser
+  if getattr(parser, "_lnorm_wrapped", False):
+    return
+  parse = parser.parse
+  parser.parse = lambda spec: _load(parse, spec)
+  parser._lnorm_wrapped = True  # pylint: disable=protected-access
+
+
+def _unknown_field(argv: list[str]) -> UserError | None:
+  """The first ``--config.<field>`` that the loaded config does not have."""
+  config = _Loaded.config
+  if config is None:
+    return None
+  for arg in argv:
+    m = re.match(r"--?(?:no)?config\.([\w.]+)", arg)
+    if not m:
+      continue
+    node, path = config, m.group(1).split(".")
+    for i, field in enumerate(path):
+      if not hasattr(node, "keys"):
+        return UserError(f"config field {'.'.join(path[:i])!r} has no fields of its own; "
+                         f"give --config.{'.'.join(path[:i])}=<value>")
+      keys = list(node.keys())
+      if field not in keys:
+        name = ".".join(path[:i + 1])
+        near = difflib.get_close_matches(field, keys, n=1)
+        hint = f" (did you mean {'.'.join(path[:i] + near[:1])!r}?)" if near else ""
+        return UserError(f"unknown config field {name!r}{hint}; valid fields: "
+                         + ", ".join(sorted(keys)))
+      node = node[field]
+  return None
+
+
+def _help(argv: list[str]) -> None:
+  spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+  if spec is None and "--config" in argv and argv.index("--config") + 1 < len(argv):
+    spec = argv[argv.index("--config") + 1]
+  if spec is None:
+    print(confighelp.usage())
+  else:
+    config = flags.FLAGS["config"].parser.parse(spec)  # The wrapped loader.
+    print(confighelp.describe(spec, config))
+  sys.exit(0)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's parser, with every mistake in the flags as one line and exit 2."""
+  _install_loader()
+  try:
+    if any(a in ("--help", "-h", "--helpshort", "--helpfull", "-?") for a in argv[1:]):
+      _help(argv)
+    check_environment()
+    return flags.FLAGS(argv)
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  except (flags.Error, AttributeError, KeyError, TypeError) as e:
+    # config_flags applies --config.<field> overrides as it parses: a field
+    # the config lacks fails there, and is named against the loaded config.
+    unknown = _unknown_field(argv)
+    if unknown is None and not isinstance(e, flags.Error):
+      raise
+    message = str(unknown or e).strip().splitlines()[0]
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
+  keep_freed_memory()
+  config = _CONFIG.value
+  try:
+    parallel.initialize_from_flags()  # before anything asks JAX for devices
+    if "experiment" not in config:
+      raise UserError(f"{_Loaded.spec}: the config has no 'experiment' field naming "
+                      "experiments/<name>.py")
+    try:
+      experiment = importlib.import_module(f"experiments.{config.experiment}")
+    except ModuleNotFoundError:
+      raise UserError(f"experiment={config.experiment!r}: no experiments/"
+                      f"{config.experiment}.py") from None
+    experiment.train_and_evaluate(config, _WORKDIR.value)
+  except Stopped as e:
+    print(str(e), file=sys.stderr)
+    sys.exit(e.exit_code)
+  except (UserError, DataError, NonFiniteLossError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(getattr(e, "exit_code", 1))
+
+
+def run() -> None:
+  app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,1 @@
+"""Benchmarks: one module a measurement, sharing timing.pys harness."""

@@ -1,0 +1,79 @@
+"""Figure 4: DRAW on binarized MNIST."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from experiments.runner import figures
+from lnorm import norms
+from scripts.paper.runs import TIME_NOTE, epochs_to, header, mean_sd, out_dir, per_seed, run_all, seeds, train_time_and_rate
+
+
+# The paper's two runs (LN on the cell state only, eqs. 29-31), and the full
+# LN-LSTM (eqs. 20-22) beside them.
+DRAW_NAMES = {n: norms.label(n, "LSTM") for n in (norms.NONE, norms.LAYER_C, norms.LAYER)}
+
+
+def fig4(args) -> None:
+  """The paper's two runs, and the full LN-LSTM beside them (not in the paper)."""
+  records = run_all(args, "configs/draw.py", {n: (n, {"norm": n}) for n in DRAW_NAMES},
+                    keep=("samples.png", "canvas.png"))
+  ms = {n: [s["metrics"] for s in seeds(r)] for n, r in records.items()}
+  figures.plot({DRAW_NAMES[n]: m for n, m in ms.items()}, out_dir(args) / "fig4.png",
+               figures.Axis("test_bound", "test bound (nats per image)"),
+               title="DRAW on binarized MNIST (paper Figure 4)")
+  # Convergence: epochs each run needs to reach the baseline's final bound
+  # (its mean over seeds), and rounder bounds that the baseline passes on its
+  # way there.
+  base_final = statistics.mean(m[-1]["test_bound"] for m in ms["none"])
+  top = 10 * math.ceil(base_final / 10)
+  marks = [top + 40, top + 20, top + 10, top, base_final]
+  c = records["none"]["config"]
+  md = header(args, list(records.values()), "Figure 4: DRAW on binarized MNIST")
+  md += (f"Setting: {c['num_glimpses']} glimpses, {c['features']} LSTM units, latent "
+         f"{c['latent']}, batch {c['batch_size']}, Adam {c['learning_rate']:g}, "
+         f"{c['num_epochs']} epochs. Bound: nats per image on all test images, one "
+         "posterior sample each.\n\n![Figure 4](fig4.png)\n\n"
+         "| run | final test bound | best test bound | final valid bound | final train bound "
+         "| train time (s) | train examples/s (median epoch) |\n|---|---|---|---|---|---|---|\n")
+  for n, m in ms.items():
+    times = [train_time_and_rate(x) for x in m]
+    md += (f"| {DRAW_NAMES[n]} | {mean_sd((x[-1]['test_bound'] for x in m), '.2f')} | "
+           f"{mean_sd((min(y['test_bound'] for y in x) for x in m), '.2f')} | "
+           f"{mean_sd((x[-1]['valid_bound'] for x in m), '.2f')} | "
+           f"{mean_sd((x[-1]['train_bound'] for x in m), '.2f')} | "
+           f"{mean_sd((t for t, _ in times), '.0f')} | "
+           f"{mean_sd((v for _, v in times), ',.0f')} |\n")
+  md += TIME_NOTE
+  md += "\nEpochs to reach a test bound (the last is the baseline's final bound):\n\n"
+  md += "| run | " + " | ".join(f"<= {b:.1f}" for b in marks) + " |\n"
+  md += "|---|" + "---|" * len(marks) + "\n"
+  md += "".join(f"| {DRAW_NAMES[n]} | " + " | ".join(
+      per_seed(epochs_to(x, "test_bound", b) for x in m) for b in marks) + " |\n"
+      for n, m in ms.items())
+  md += "\nTest bound by epoch:\n\n| epoch | " + " | ".join(DRAW_NAMES[n] for n in records)
+  md += " |\n|---|" + "---|" * len(records) + "\n"
+  for i in range(max(len(x) for m in ms.values() for x in m)):
+    md += f"| {i + 1} | " + " | ".join(
+        mean_sd((x[i]["test_bound"] for x in m), ".2f") if all(i < len(x) for x in m) else ""
+        for m in ms.values()) + " |\n"
+  md += (f"\nFor scale: drawing every test image from the training set's per-pixel means "
+         f"gives {_mean_image_nll(c):.2f} nats, the bound of a model that ignores its "
+         "input.\n")
+  md += "\nSamples from the prior (Bernoulli means), per run: `<run>/samples.png`; the "
+  md += "canvas building up glimpse by glimpse: `<run>/canvas.png`.\n"
+  (out_dir(args) / "results.md").write_text(md)
+  print(md)
+
+
+def _mean_image_nll(config: dict) -> float:
+  """Test NLL (nats per image) of independent pixels with the training means."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from lnorm.data import binarized_mnist  # pylint: disable=g-import-not-at-top
+  data = binarized_mnist.load(config["data_source"], config["data_dir"] or None,
+                              splits=("train", "test"))
+  flat = {k: v.reshape(len(v), -1).astype(np.float64) for k, v in data.items()}
+  p = np.clip(flat["train"].mean(0), 1e-6, 1 - 1e-6)
+  x = flat["test"]
+  return float(-(x * np.log(p) + (1 - x) * np.log1p(-p)).sum(1).mean())

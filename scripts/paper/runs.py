@@ -1,0 +1,252 @@
+"""What every target of scripts/reproduce.py shares: running (or resuming) a
+target's runs, collecting their records into the results folder, the header
+of a results.md, and the tables and curves several targets print."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from experiments.runner import figures
+
+REPO = Path(__file__).resolve().parents[2]
+
+TIME_NOTE = ("\nTrain time: the training epochs' seconds, summed. It leaves out evaluation, "
+             "checkpoints, compilation and any time between a stop and its resume.\n")
+
+
+def run_all(args, config: str, runs: dict, keep=()) -> dict:
+  """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}), each with
+  ``--seeds`` seeds, up to ``--jobs`` at a time, then copies each run's record
+  into the results folder and returns the records by key: the first seed's,
+  with every seed's record (itself first) under ``seeds``. With one job a
+  run's progress goes to the terminal; with more, each run writes it to
+  ``<name>.log`` beside its workdir. A workdir that holds a finished record
+  of the same config is not run again (:func:`finished`)."""
+  seeds = seed_names(args, config)
+  runs = {key: [(name + suffix, {**overrides, **seed})
+                for suffix, seed in seeds] for key, (name, overrides) in runs.items()}
+  pending, active, failed = [r for rs in runs.values() for r in rs], [], []
+  for name, overrides in list(pending):
+    if finished(workdir(args, name), config, args.preset, overrides):
+      print(f"finished: {name} (its record is complete; not run again)", flush=True)
+      pending.remove((name, overrides))
+  while active or (pending and not failed):
+    while pending and not failed and len(active) < args.jobs:
+      name, overrides = pending.pop(0)
+      wd = workdir(args, name)
+      cmd = [sys.executable, "-m", "experiments.main", f"--config={config}:{args.preset}",
+             f"--workdir={wd}", *(f"--config.{k}={v}" for k, v in overrides.items())]
+      print("+", " ".join(cmd[1:]), flush=True)
+      log = None
+      if args.jobs > 1:
+        wd.parent.mkdir(parents=True, exist_ok=True)
+        log = open(wd.parent / f"{name}.log", "ab")  # pylint: disable=consider-using-with
+      active.append((name, log, subprocess.Popen(cmd, cwd=REPO, stdout=log,
+                                                 stderr=subprocess.STDOUT if log else None)))
+    done = [j for j in active if j[2].poll() is not None]
+    if not done:
+      time.sleep(0.5)
+    for job in done:
+      active.remove(job)
+      name, log, proc = job
+      if log:
+        log.close()
+        print(f"{'failed' if proc.returncode else 'finished'}: {name} (log: {log.name})",
+              flush=True)
+      if proc.returncode:
+        failed.append(name)
+  if failed:
+    failed = [name for rs in runs.values() for name, _ in rs if name in failed]  # target's order
+    sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
+  records = {}
+  for key, rs in runs.items():
+    per_seed = [collect(args, name, keep) for name, _ in rs]
+    records[key] = {**per_seed[0], "seeds": per_seed}
+  return records
+
+
+def finished(wd: Path, config: str, preset: str, overrides: dict) -> bool:
+  """Whether ``wd`` holds a whole run of ``config:preset`` with ``overrides``:
+  a config.json of that very config (the data path aside) and metrics up to
+  its last epoch. Such a record needs no checkpoint: the config.json and
+  metrics.jsonl that results/ keeps, copied back into a runs folder on another
+  machine, count as done, as do records made before a config field was added."""
+  try:
+    recorded = json.loads((wd / "config.json").read_text())["config"]
+    last = json.loads((wd / "metrics.jsonl").read_text().splitlines()[-1])
+  except (OSError, ValueError, KeyError, IndexError, TypeError):
+    return False
+  want = config_module(config).get_config(preset)
+  for k, v in overrides.items():
+    want[k] = v
+  want = json.loads(json.dumps(want.to_dict()))  # tuples as JSON lists
+  if "num_epochs" not in want or not isinstance(recorded, dict):
+    return False
+  # Where the data lives is not what the run is (the loaders check what they read).
+  # A field added to the config after the run was made is not in its record:
+  # a new field's preset value keeps the old behaviour (the house's rule for
+  # new fields), so it counts as that value unless an override sets it.
+  defaults = json.loads(json.dumps(config_module(config).get_config(preset).to_dict()))
+  recorded = {**{k: v for k, v in defaults.items() if k not in overrides}, **recorded}
+  strip = lambda c: {k: v for k, v in c.items() if k not in ("data_dir", "questions_dir")}
+  return strip(recorded) == strip(want) and last.get("epoch") == want["num_epochs"]
+
+
+def config_module(config: str):
+  spec = importlib.util.spec_from_file_location("_config", REPO / config)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def seed_names(args, config: str) -> list[tuple[str, dict]]:
+  """(workdir suffix, overrides) per seed: the config's own seed first, in the
+  workdir a one-seed run uses, so that adding seeds keeps the runs made."""
+  if args.seeds == 1:
+    return [("", {})]
+  base = config_module(config).get_config(args.preset).seed
+  return [("", {})] + [(f"_seed{s}", {"seed": s}) for s in range(base + 1, base + args.seeds)]
+
+
+def seeds(record: dict) -> list[dict]:
+  """A record's per-seed records (itself alone when it has none)."""
+  return record.get("seeds", [record])
+
+
+mean_sd = figures.mean_sd
+
+
+def per_seed(values) -> str:
+  """Each seed's value, in seed order, or one value that all seeds share: for
+  counts such as epochs to a level, which a mean would hide ("not reached")."""
+  values = [str(v) for v in values]
+  return values[0] if len(set(values)) == 1 else " / ".join(values)
+
+
+def workdir(args, name: str) -> Path:
+  return (REPO / args.runs_dir / args.target / args.preset / name).resolve()
+
+
+def collect(args, name: str, keep) -> dict:
+  wd = workdir(args, name)
+  dest = out_dir(args) / name
+  dest.mkdir(parents=True, exist_ok=True)
+  for f in ("config.json", "metrics.jsonl", *keep):
+    shutil.copy2(wd / f, dest / f)
+  return figures.read_run(wd)
+
+
+def out_dir(args) -> Path:
+  """<results_dir>/<target> for the paper preset, <results_dir>/<target>_<preset>
+  otherwise."""
+  suffix = "" if args.preset == "paper" else f"_{args.preset}"
+  return REPO / results_dir(args) / f"{args.target}{suffix}"
+
+
+def results_dir(args) -> Path:
+  return args.results_dir if args.results_dir is not None else args.runs_dir / "results"
+
+
+def header(args, records: list[dict], title: str) -> str:
+  records = [s for r in records for s in seeds(r)]
+  commits = sorted({r["git_commit"] for r in records})
+  resumed = sorted({x["git_commit"] for r in records for x in r.get("resumed_with", [])})
+  command = f"python scripts/reproduce.py {args.target} --preset {args.preset}"
+  if args.seeds > 1:
+    command += f" --seeds {args.seeds}"
+  if args.results_dir is not None:
+    command += f" --results_dir {args.results_dir}"
+  # The core count matters: XLA's CPU thread pool follows it, and with another
+  # count some sums round differently (README, "Running experiments").
+  hosts = sorted({f"{h['cpu']}, {h['cpu_threads']} core(s)" for r in records
+                  for h in [r.get("host"), *(x.get("host") for x in r.get("resumed_with", []))]
+                  if h})
+  return (f"# {title}\n\nCommand: `{command}`  \nCommit: {', '.join(commits)}  \n"
+          + (f"Resumed or re-read by: {', '.join(resumed)}  \n" if resumed else "")
+          + (f"Host: {'; '.join(hosts)}  \n" if hosts else "") +
+          f"Versions: {json.dumps(records[0]['versions'])}\n\n"
+          + (f"Seeds: {args.seeds} per run. A cell reads mean ± standard deviation over the "
+             "seeds, or each seed's value in turn (a / b / ...); a figure's band spans the "
+             "lowest to the highest seed.\n\n" if args.seeds > 1 else ""))
+
+
+def first(metrics: list[dict], key: str, threshold: float, at: str = "epoch") -> float:
+  """``at`` (epoch or step) of the first record with ``key`` <= ``threshold``;
+  inf if none (records without ``key`` never count)."""
+  return next((m[at] for m in metrics if m.get(key, math.inf) <= threshold), math.inf)
+
+
+def reached(x: float) -> str:
+  return "not reached" if x == math.inf else str(x)
+
+
+def epochs_to(metrics: list[dict], key: str, threshold: float) -> str:
+  return reached(first(metrics, key, threshold))
+
+
+def steps_table(ms: dict[str, list[dict]], key: str, levels, fmt: str = "g") -> str:
+  """A row per named run: the first step at which ``key`` <= each level."""
+  return ("| run | " + " | ".join(f"<= {v:{fmt}}" for v in levels) + " |\n|---|"
+          + "---|" * len(levels) + "\n" + "".join(
+              f"| {name} | " + " | ".join(reached(first(m, key, v, "step")) for v in levels)
+              + " |\n" for name, m in ms.items()))
+
+
+def train_time_and_rate(m: list[dict]) -> tuple[float, float]:
+  """Seconds spent in the training epochs, summed (no evaluation, checkpoints,
+  compilation, or time between a stop and its resume), and the median epoch's
+  training examples/s."""
+  return (sum(x["epoch_time_s"] for x in m),
+          sorted(x["examples_per_sec"] for x in m)[len(m) // 2])
+
+
+def train_nll_table(records: dict[str, dict]) -> str:
+  """Training NLL at a few epochs, and the epochs each run needs to get below
+  a few levels: how fast each one trains (claim (c) of Figure 6, and section
+  6.7's "speedup")."""
+  n = max(len(s["metrics"]) for r in records.values() for s in seeds(r))
+  epochs = [e for e in (1, 2, 5, 10, 20, 40, 60) if e <= n]
+  levels = (0.1, 0.03, 0.01, 0.001)
+  md = ("\nTraining NLL (the mean over an epoch's minibatches) by epoch, and the first "
+        "epoch at or below a level:\n\n| run | " + " | ".join(f"epoch {e}" for e in epochs) + " | "
+        + " | ".join(f"<= {v:g}" for v in levels) + " |\n|---|"
+        + "---|" * (len(epochs) + len(levels)) + "\n")
+  for name, r in records.items():
+    ms = [s["metrics"] for s in seeds(r)]
+    md += (f"| {name} | " + " | ".join(
+        mean_sd((m[e - 1]["train_nll"] for m in ms), ".3g") if all(e <= len(m) for m in ms)
+        else "" for e in epochs) + " | "
+        + " | ".join(per_seed(epochs_to(m, "train_nll", v) for m in ms) for v in levels)
+        + " |\n")
+  return md
+
+
+def summary_row(name: str, r: dict, extra: str) -> str:
+  ms = [s["metrics"] for s in seeds(r)]
+  times = [train_time_and_rate(m) for m in ms]
+  return (f"| {name} | {extra}{mean_sd(m[-1]['test_error'] for m in ms)} | "
+          f"{mean_sd(min(x['test_error'] for x in m) for m in ms)} | "
+          f"{per_seed(epochs_to(m, 'test_error', 0.02) for m in ms)} | "
+          f"{mean_sd((m[-1]['train_nll'] for m in ms), '.3g')} | "
+          f"{mean_sd((t for t, _ in times), '.0f')} | {mean_sd((v for _, v in times), ',.0f')} | "
+          f"{r['config']['learning_rate']:g} |\n")
+
+
+def curves(records: dict, path: Path, title: str, panel, label) -> None:
+  """Per panel (a row): training NLL on a log scale and test error, by epoch;
+  a run of several seeds is their mean, with a band."""
+  panels = {}
+  for key, r in records.items():
+    panels.setdefault(panel(key), {})[label(key)] = [s["metrics"] for s in seeds(r)]
+  figures.plot_panels(panels, path, [figures.Axis("train_nll", "train NLL (nats per image)",
+                                                  yscale="log"),
+                                     figures.Axis("test_error", "test error (fraction)",
+                                                  ymax=0.1)],
+                      title=title)
