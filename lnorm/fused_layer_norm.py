@@ -177,10 +177,13 @@ def _backward_xla(x, gain, dy, *, axes, eps):
   return dx.astype(x.dtype), dgain, dbias
 
 
-def _native_ok(x_aval, axes: Axes) -> bool:
-  """Whether the fused CPU kernels take this input: float32, trailing axes."""
+def _native_ok(avals, axes: Axes) -> bool:
+  """Whether the fused CPU kernels take these inputs: all float32 (a float64
+  gain beside a float32 x, as with x64 on, takes the XLA version, which
+  computes in the promoted dtype), normalized over trailing axes."""
+  x_aval = avals[0]
   trailing = axes == tuple(range(x_aval.ndim - len(axes), x_aval.ndim))
-  return (x_aval.dtype == np.float32 and trailing and x_aval.size > 0
+  return (all(a.dtype == np.float32 for a in avals) and trailing and x_aval.size > 0
           and native.load())
 
 
@@ -204,7 +207,7 @@ def _primitive(name: str, xla_fn, native_target: str | None,
     native_lowering = jax.ffi.ffi_lowering(native_target)
 
     def cpu_lowering(ctx, *args, axes, eps, native):
-      if (native and _native_ok(ctx.avals_in[0], axes)
+      if (native and _native_ok(ctx.avals_in, axes)
           and not dispatch.partitioned(ctx)):
         return native_lowering(ctx, *args, eps=np.float32(eps))
       return xla_lowering(ctx, *args, axes=axes, eps=eps, native=native)

@@ -60,6 +60,25 @@ def test_native_kernels_serve_float32_trailing_axes_on_cpu():
       lambda x: F.normalize(x, g, b, axes=(1,), eps=EPS, native=False), x)
 
 
+def test_float64_gain_beside_float32_input_takes_the_xla_version():
+  # With x64 on, a float64 gain and bias beside a float32 x once reached the
+  # float32 kernel and failed inside XLA; they take the XLA version, in the
+  # promoted dtype, and match float64 to float32 rounding.
+  x, g, b, dy = data((8, 400))
+  with jax.enable_x64(True):
+    g64, b64 = g.astype(np.float64), b.astype(np.float64)
+    f = lambda x, g, b: F.normalize(x, g, b, axes=(1,), eps=EPS)
+    assert "custom_call" not in hlo(f, x, g64, b64)
+    y = jax.jit(f)(x, g64, b64)
+    grads = jax.jit(jax.grad(lambda *a: jnp.sum(f(*a) * dy), argnums=(0, 1, 2)))(x, g64, b64)
+  assert y.dtype == np.float32 and [a.dtype for a in grads] == [np.float32, np.float64, np.float64]
+  x64 = x.astype(np.float64)
+  ref = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + EPS) * g64 + b64
+  np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+  for got, want in zip(grads, grads64(x, g, b, dy)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 # Shapes: one row chunk; rows of a length that is not a multiple of the
 # kernels' 8- and 16-wide steps; several chunks (the thread pool); and more
 # than kFlushRows rows per chunk.

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m scripts.bench.norm [--repeats N] [--shapes 128x1000,8x400,4096x1024]
-        [--baseline OLD/layer_norm_cpu.cc]
+    python -m scripts.bench.norm [--repeats N] [--shapes 128x1000,8x400,8x1600,4096x1024]
+        [--norm layer|rms] [--torch-threads N] [--baseline OLD/layer_norm_cpu.cc]
 
 For each shape (a batch of rows, normalized over the last axis, float32, with
 a gain and a bias, eps=1e-5) it times, side by side in this one process:
@@ -86,11 +86,11 @@ if __package__ in (None, ""):  # Run as a file: `python scripts/bench/norm.py`.
 
 from lnorm import fused_layer_norm  # pylint: disable=wrong-import-position
 from lnorm import native  # pylint: disable=wrong-import-position
-from lnorm.normalization import layer_norm  # pylint: disable=wrong-import-position
+from lnorm.normalization import layer_norm, rms_norm  # pylint: disable=wrong-import-position
 from scripts.bench.timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
 
 EPS = 1e-5
-DEFAULT_SHAPES = "128x1000,8x400,4096x1024"
+DEFAULT_SHAPES = "128x1000,8x400,8x1600,4096x1024"
 
 
 def parse_shapes(text: str) -> list[tuple[int, ...]]:
@@ -221,6 +221,57 @@ def torch_candidates(x, g, b, dy):
   return {("torch", "fwd"): fwd, ("torch", "fwd+bwd"): fwd_bwd}, str(xt.device)
 
 
+def rms_candidates(x, g, dy):
+  """``--norm rms``: RMS norm with a gain (no bias, as flax's RMSNorm and
+  torch's rms_norm have it), ours (``lnorm.normalization.rms_norm``, XLA on
+  every backend), flax, torch and the floor, forward and forward+backward."""
+  dev = jax.devices()[0]
+  x, g, dy = (jax.device_put(a, dev) for a in (x, g, dy))
+  model = nn.RMSNorm(epsilon=EPS)
+  fns = {"ours": lambda x, g: rms_norm(x, g, axis=-1, eps=EPS),
+         "flax": lambda x, g: model.apply({"params": {"scale": g}}, x)}
+  out = {}
+  for name, f in fns.items():
+    fj = jax.jit(f)
+    gj = jax.jit(lambda x, g, dy, f=f: (lambda y, vjp: (y, vjp(dy)))(*jax.vjp(f, x, g)))
+    out[(name, "fwd")] = lambda fj=fj: _block(fj(x, g))
+    out[(name, "fwd+bwd")] = lambda gj=gj: _block(gj(x, g, dy))
+  fl = {"fwd": jax.jit(lambda x, g: x), "fwd+bwd": jax.jit(lambda x, g, dy: (x, (x, g)))}
+  out[("floor", "fwd")] = lambda: _block(fl["fwd"](x, g))
+  out[("floor", "fwd+bwd")] = lambda: _block(fl["fwd+bwd"](x, g, dy))
+  if torch is not None:
+    xt, gt, dyt = (torch.from_numpy(np.array(a)) for a in (x, g, dy))
+    shape = (x.shape[-1],)
+
+    def tfwd():
+      with torch.no_grad():
+        return F.rms_norm(xt, shape, gt, EPS)
+
+    xr, gr = xt.clone().requires_grad_(True), gt.clone().requires_grad_(True)
+
+    def tfwd_bwd():
+      xr.grad = gr.grad = None
+      y = F.rms_norm(xr, shape, gr, EPS)
+      y.backward(dyt)
+      return y, (xr.grad, gr.grad)
+
+    out[("torch", "fwd")], out[("torch", "fwd+bwd")] = tfwd, tfwd_bwd
+  # The candidates compute the same thing (guards against a wrong benchmark).
+  ref_y, (ref_dx, ref_dg) = (np.asarray(a) if not isinstance(a, tuple) else a
+                             for a in out[("flax", "fwd+bwd")]())
+  for name in ("ours", "torch"):
+    if (name, "fwd") not in out:
+      continue
+    y, grads = out[(name, "fwd+bwd")]()
+    as_np = lambda a: a.detach().numpy() if torch is not None and isinstance(a, torch.Tensor) \
+        else np.asarray(a)
+    np.testing.assert_allclose(as_np(y), ref_y, rtol=1e-3, atol=1e-3)
+    for a, r in zip(grads, (ref_dx, ref_dg)):
+      r = np.asarray(r)
+      np.testing.assert_allclose(as_np(a), r, rtol=1e-3, atol=2e-3 * (np.abs(r).max() + 1e-6))
+  return out
+
+
 # ----------------------------------------------------------------------------
 
 
@@ -284,6 +335,8 @@ def main(argv=None) -> int:
                       "min is less sensitive to a loaded machine)")
   p.add_argument("--torch-threads", type=int, default=None,
                  help="torch.set_num_threads(N) (default: torch's own choice)")
+  p.add_argument("--norm", choices=("layer", "rms"), default="layer",
+                 help="layer norm (default) or RMS norm (gain only, as flax and torch)")
   p.add_argument("--baseline", type=Path, default=None,
                  help="another layer_norm_cpu.cc, timed as candidate base")
   args = p.parse_args(argv)
@@ -304,6 +357,8 @@ def main(argv=None) -> int:
         f"{args.stat}, float32, eps={EPS}")
   print()
 
+  if args.norm == "rms":
+    return bench_rms(args)
   rows = []
   t_start = time.perf_counter()
   devices = {}
@@ -353,6 +408,36 @@ def main(argv=None) -> int:
       print("| " + " | ".join(cells) + " |")
   print()
   print(f"(timed in {elapsed:.0f} s)")
+  return 0
+
+
+def bench_rms(args) -> int:
+  """The ``--norm rms`` table: µs per call and ours/flax, ours/torch."""
+  stat = statistics.median if args.stat == "median" else min
+  names = ["ours", "flax"] + (["torch"] if torch is not None else []) + ["floor"]
+  print("| shape | pass | " + " | ".join(f"{n} (µs)" for n in names) + " | ours/flax"
+        + (" | ours/torch" if torch is not None else "") + " |")
+  print("|---|---|" + "---:|" * (len(names) + 1 + (torch is not None)))
+  t_start = time.perf_counter()
+  for shape in args.shapes:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    g = (1.0 + 0.1 * rng.standard_normal(shape[-1])).astype(np.float32)
+    dy = rng.standard_normal(shape, dtype=np.float32)
+    cands = rms_candidates(x, g, dy)
+    for fn in cands.values():
+      fn()
+      fn()
+    med = {k: stat(v) * 1e6 for k, v in
+           interleaved_samples(cands, args.repeats, args.sample_ms * 1e-3, 0).items()}
+    for kind in ("fwd", "fwd+bwd"):
+      o = med[("ours", kind)]
+      cells = ["x".join(map(str, shape)), kind] + [f"{med[(n, kind)]:.1f}" for n in names]
+      cells.append(f"{o / med[('flax', kind)]:.2f}")
+      if torch is not None:
+        cells.append(f"{o / med[('torch', kind)]:.2f}")
+      print("| " + " | ".join(cells) + " |")
+  print(f"\n(timed in {time.perf_counter() - t_start:.0f} s)")
   return 0
 
 
