@@ -81,6 +81,7 @@ import numpy as np
 
 from lnorm.data import DataError
 from lnorm.data import cnn_questions as cq
+from lnorm.data.files import swap_in
 from lnorm.data import news
 
 ABC_FILES = ("abc/rural.txt", "abc/science.txt")
@@ -308,16 +309,7 @@ def write_splits(out: str | os.PathLike[str], questions: dict[str, list[cq.Quest
       cq.write_question(d / file_name(q, i), q)
   for name, text in (extra or {}).items():
     (tmp / name).write_text(text, encoding="utf-8")
-  if final.exists():
-    old = root / "questions.old"
-    if old.exists():
-      shutil.rmtree(old)
-    os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old)
-  else:
-    os.replace(tmp, final)
-  return final
+  return swap_in(tmp, final, root / "questions.old")
 
 
 @dataclasses.dataclass(frozen=True)

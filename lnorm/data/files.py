@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 from pathlib import Path
 import zlib
 
@@ -41,3 +42,18 @@ def read(path: Path, how: str) -> bytes:
   # gzip.BadGzipFile is an OSError; a truncated stream is an EOFError.
   except (OSError, EOFError, zlib.error) as e:
     raise DataError(f"{path}: cannot read it ({reason(e)}); {how}") from e
+
+
+def swap_in(tmp: Path, final: Path, old: Path) -> Path:
+  """Replaces the folder ``final`` with the complete folder ``tmp`` (the
+  previous one moved to ``old`` first, then removed), so that a reader never
+  sees a half-written set; returns ``final``."""
+  if final.exists():
+    if old.exists():
+      shutil.rmtree(old)
+    os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old)
+  else:
+    os.replace(tmp, final)
+  return final

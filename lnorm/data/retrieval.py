@@ -39,7 +39,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from lnorm.data import DataError
-from lnorm.data.files import reason
+from lnorm.data.files import reason, swap_in
 
 SPLITS = ("train", "dev", "test")
 CAPTIONS_PER_IMAGE = 5
@@ -293,16 +293,7 @@ def save_splits(directory: str | os.PathLike[str],
     save_split(tmp, split, images, captions, prefix)
   for name, text in (extra or {}).items():
     (tmp / name).write_text(text, encoding="utf-8")
-  if final.exists():
-    old = final.with_name(final.name + ".old")
-    if old.exists():
-      shutil.rmtree(old)
-    os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old)
-  else:
-    os.replace(tmp, final)
-  return final
+  return swap_in(tmp, final, final.with_name(final.name + ".old"))
 
 
 def _atomic_write(path: Path, write) -> None:
