@@ -1,0 +1,111 @@
+r"""A byte-level Transformer language model: where the norm goes, and at what
+precision (beyond the paper; issue 36).
+
+A decoder-only Transformer (lnorm/transformer.py) over bytes, reported in bits
+per character (bits per byte). ``norm_position`` = post (Vaswani et al. 2017),
+pre (Xiong et al. 2020) or none, ``norm`` = layer | rms (Zhang & Sennrich 2019)
+| none; Adam with an optional linear learning-rate warm-up. Data: the 99
+Gutenberg novels of ``<data_dir>/text/novels`` split by whole books (5
+validation, 5 test books; lnorm/data/bytes_lm.py), or enwik8's 90M / 5M / 5M
+split with ``data_source=enwik8`` where the file is present. results.md says
+which the numbers come from.
+
+Claims tested (scripts/paper/transformer.py, results/transformer_cpu/):
+  1. Xiong et al. 2020: post-LN needs the warm-up (without it, it trains worse
+     or diverges at the larger learning rate), pre-LN does not; at
+     initialisation post-LN's gradient norms grow toward the output layers,
+     pre-LN's stay flat (their Figure 3). grad_norms.json in each workdir holds
+     each layer's gradient norm at step 0 and after training.
+  2. Zhang & Sennrich 2019: RMSNorm reaches LayerNorm's quality in less time:
+     the wall-clock step of each norm against none's, the norm's share of it.
+  3. The paper's own claim carried over: the normalized models reach a given
+     validation bpc in fewer updates than the unnormalized one.
+
+Command (one run; the grid of the study is one reproduce.py command):
+  LNORM_DATA_DIR=../shared/data python -m experiments.main \
+      --config configs/transformer.py:cpu --workdir runs/tf_post --config.norm_position=post
+  python scripts/reproduce.py transformer --preset cpu --seeds 2 [--jobs 2] [--results_dir results]
+Presets:
+  ``:cpu`` (the default): 12 layers of width 64 (4 heads, d_ff 256), windows
+    of 64 bytes, batch 32, pre-LN, Adam 1e-3 after a 200-update linear warm-up,
+    then constant, 2,000 updates, validation bpc every 100 on 512 fixed windows
+    (32,768 bytes). The shallow model of the study: ``--config.num_layers=2``.
+  ``:paper``: a Xiong et al.-like size for a GPU: 12 layers of 512 (8 heads,
+    d_ff 2048), windows of 256, batch 64, Adam 5e-4, 4,000 warm-up updates,
+    100,000 updates. Not run here.
+  ``:smoke``: 3 layers of 32, windows of 16, 20 updates, for tests.
+Runtime on the 2-core CPU, with a niced two-process handwriting job sharing it
+(its times rise toward the 0.5-0.8 s an update measured on a busier machine):
+  ``python -m scripts.bench.transformer`` (train step alone, median of 5
+  interleaved samples; see scripts/bench/transformer.py):
+    12 layers: post-LN 0.335 s, pre-LN 0.366, pre-RMSNorm 0.406, none 0.329,
+               pre-LN bfloat16 0.363 (not faster on CPU); samples ranged +-30%.
+    2 layers:  0.064-0.070 s for every norm (bfloat16 0.070).
+  a pre-LN cpu run of 300 updates (12 layers): 0.28-0.32 s an update in the
+    loop, ~2.5 s an evaluation, ~40 s of data loading, compiling and the
+    step-0 gradient norms: 2m17s in all. So a 2,000-update run: ~12-14 min
+    at 12 layers (~25 min at 0.65 s an update), ~3 min at 2 layers.
+  smoke: ~20 s, most of it compiling.
+The study (15 runs a seed, scripts/paper/transformer.py), 2 seeds: ~5 h (4.6-5.5) at
+these speeds, ~9 h at 0.65 s an update; under 12 h either way.
+Expected result (the claims above; no published number at this size): pre-LN
+and pre-RMSNorm train with and without warm-up; post-LN without warm-up at the
+larger rate ends worse than with it, or diverges. At step 0 (seed 0, 12
+layers) W^2's gradient norm rises 1.8x from the first block to the last with
+post-LN and falls to 0.47x with pre-LN (0.47x pre-RMSNorm, 0.96x none). The
+300-update pilots (seed 0): pre-LN with warm-up at 3.55 validation bpc,
+post-LN without warm-up at 1e-3 stalled at 4.54 from update 200 on (its lower
+blocks' W^2 gradients ~0 after training). 2,000 updates (4M bytes, 8% of the
+training books) were not run here.
+"""
+
+import ml_collections
+
+
+def get_config(preset: str = "cpu") -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.experiment = "transformer"  # the loop in experiments/transformer.py
+  c.norm = "layer"              # none | layer (gain, bias) | rms (gain only, Zhang & Sennrich)
+  c.norm_position = "pre"       # post (Vaswani et al.) | pre (Xiong et al.) | none (takes norm=none)
+  c.seed = 0                    # PRNG seed: init, the training windows, the gradient-norm batch
+  c.num_layers = 12             # blocks; the study's deep model (2 is its shallow one)
+  c.d_model = 64                # width of the residual stream
+  c.num_heads = 4               # attention heads (d_model must split into them)
+  c.d_ff = 256                  # MLP units; 0 = 4 * d_model
+  c.max_len = 64                # rows of the position table; seq_len may not exceed it
+  c.positions = "learned"       # learned (a table) | sinusoidal (Vaswani et al.'s fixed one)
+  c.activation = "relu"         # relu (Vaswani, Xiong) | gelu
+  c.eps = 1e-5                  # the norms' eps (added to the variance / mean square)
+  # W^O and W^2 start at Xavier / sqrt(2 L) (GPT-2). Off: Xiong et al.'s
+  # setting. The study turns it on for norm=none only, whose 12-layer stream
+  # otherwise starts with a loss of ~860 nats (lnorm/transformer.py).
+  c.scaled_residual_init = False
+  c.dtype = "float32"           # float32 | bfloat16: activations and matmuls (params and norm statistics stay float32)
+  c.seq_len = 64                # T: bytes a window predicts (each window holds T + 1)
+  c.batch_size = 32             # windows per update
+  c.learning_rate = 1e-3        # Adam's peak rate (after the warm-up)
+  c.warmup_steps = 200          # linear warm-up from 0 over this many updates; 0 = none
+  c.schedule = "constant"       # after the warm-up: constant | cosine (to 0 at num_steps)
+  c.grad_clip_norm = 0.0        # global-norm gradient clipping; 0 = off (Xiong et al. clip nothing)
+  c.num_steps = 2000            # updates in the run
+  c.eval_every_steps = 100      # validation bpc (and a checkpoint) every N updates, and at the end
+  c.num_eval_windows = 512      # fixed validation and test windows, evenly spaced over each split; 0 = all
+  c.eval_batch_size = 64        # windows per evaluation call; any size gives the same bpc
+  c.data_source = "novels"      # novels (Gutenberg, split by book) | enwik8 (<data_dir>/enwik8[.zip])
+  c.data_dir = ""               # '' = $LNORM_DATA_DIR, else ~/.cache/lnorm/data
+  c.num_devices = 0             # data parallel over this many devices (the batch split over them); 0 = all
+  c.steps_per_call = 0          # at most N updates a jitted call (progress moves between); 0 = all to the next evaluation
+  if preset == "cpu":
+    pass
+  elif preset == "paper":
+    c.d_model, c.num_heads, c.d_ff, c.seq_len, c.max_len = 512, 8, 2048, 256, 256
+    c.batch_size, c.learning_rate, c.warmup_steps = 64, 5e-4, 4000
+    c.num_steps, c.eval_every_steps, c.num_eval_windows = 100_000, 2000, 2048
+  elif preset == "smoke":
+    # 3 layers: the study's shallow model has 2 (scripts/paper/transformer.py).
+    c.num_layers, c.d_model, c.num_heads, c.d_ff, c.seq_len, c.max_len = 3, 32, 2, 64, 16, 16
+    c.batch_size, c.warmup_steps, c.num_steps, c.eval_every_steps = 8, 5, 20, 10
+    c.num_eval_windows, c.eval_batch_size = 64, 32
+  else:
+    raise ValueError(f"unknown preset {preset!r}; choose cpu, paper or smoke")
+  return c

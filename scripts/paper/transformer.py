@@ -1,0 +1,545 @@
+"""Beyond the paper (issue 36): where the norm goes in a byte Transformer LM,
+with and without warm-up, and at what precision.
+
+The grid is built around three claims, not the full product (``grid``):
+
+  deep (the preset's 12 layers), Adam at the preset's rate ("high"):
+    post-LN, pre-LN, pre-RMSNorm, no norm, each with and without warm-up  8 runs
+  deep, a quarter of the rate ("low"), no warm-up: post-LN, pre-LN        2 runs
+  shallow (2 layers), warm-up: the four norms                             4 runs
+  deep pre-LN with warm-up in bfloat16 (against its float32 run)          1 run
+
+15 runs a seed. Sizing (the cpu preset, 2,000 updates a run, measured on the
+2-core CPU with a niced handwriting job on it; configs/transformer.py): a
+12-layer run 0.30-0.37 s an update, ~12-14 min with its 20 evaluations and
+compiling; a 2-layer one ~3 min. 11 deep and 4 shallow runs: ~2.3-2.7 h a
+seed, ~5 h for ``--seeds 2`` (~9 h if the machine is as busy as at 0.65 s an
+update), inside the issue's 12 h. A pilot of 300 updates showed the effect
+the grid is for: post-LN without warm-up at 1e-3 stalled at 4.54 validation
+bpc (its lower blocks' gradients near 0), pre-LN with warm-up 3.55.
+
+No norm starts with W^O and W^2 scaled by 1/sqrt(2L) (GPT-2's
+init): with Xavier's alone a 12-layer unnormalized stack starts at a loss of
+~860 nats and the comparison would say nothing.
+
+A run whose loss turns NaN is a result: the run stops with exit status 3
+(the loop's NonFiniteLossError), its workdir holds diverged.json, and the
+tables say "diverged in steps a-b"; every other failure stops the target as
+scripts/paper/runs.run_all does. Runs are counted in updates (no epochs), so
+the target keeps its own copy of run_all's scheduling (``run_grid``), with a
+record finished at ``num_steps`` or at its divergence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.runner import figures
+from scripts.paper import runs as R
+
+CONFIG = "configs/transformer.py"
+GRAD_NORMS, DIVERGED = "grad_norms.json", "diverged.json"  # experiments/transformer.py's
+NONFINITE_EXIT = 3  # experiments.runner.errors.NonFiniteLossError.exit_code
+
+NORMS = {  # key -> the config fields that pick it
+    "post_layer": {"norm_position": "post", "norm": "layer"},
+    "pre_layer": {"norm_position": "pre", "norm": "layer"},
+    "pre_rms": {"norm_position": "pre", "norm": "rms"},
+    "none": {"norm_position": "none", "norm": "none", "scaled_residual_init": True},
+}
+LABELS = {"post_layer": "post-LN", "pre_layer": "pre-LN", "pre_rms": "pre-RMSNorm",
+          "none": "no norm"}
+SHALLOW_LAYERS = 2   # the shallow model's blocks
+LOW_RATE = 0.25      # the smaller learning rate, times the preset's
+# The rules for Figure 3's claim: W^2's gradient norms "grow toward the
+# output" when the last block's exceeds the first's and the log norms' slope
+# over the blocks is positive (the size of the growth is reported beside it,
+# against GROWTH), and are "flat" when the last is within a factor GROWTH of
+# the first either way.
+GROWTH = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  norm: str                 # a key of NORMS
+  deep: bool = True         # the preset's num_layers; else SHALLOW_LAYERS
+  warmup: bool = True       # the preset's warmup_steps; else 0
+  low_rate: bool = False    # LOW_RATE times the preset's rate
+  dtype: str = "float32"
+
+  def name(self, c) -> str:
+    layers = c.num_layers if self.deep else SHALLOW_LAYERS
+    return (f"L{layers}_{self.norm}_{'warm' if self.warmup else 'nowarm'}"
+            + ("_lrlow" if self.low_rate else "") + ("_bf16" if self.dtype == "bfloat16" else ""))
+
+  def overrides(self, c) -> dict[str, Any]:
+    o = dict(NORMS[self.norm])
+    if not self.deep:
+      o["num_layers"] = SHALLOW_LAYERS
+    if not self.warmup:
+      o["warmup_steps"] = 0
+    if self.low_rate:
+      o["learning_rate"] = c.learning_rate * LOW_RATE
+    if self.dtype != "float32":
+      o["dtype"] = self.dtype
+    return o
+
+  def label(self) -> str:
+    return LABELS[self.norm] + (" (bfloat16)" if self.dtype == "bfloat16" else "")
+
+
+def grid() -> list[Setting]:
+  out = [Setting(n, warmup=w) for n in NORMS for w in (True, False)]
+  out += [Setting(n, warmup=False, low_rate=True) for n in ("post_layer", "pre_layer")]
+  out += [Setting(n, deep=False) for n in NORMS]
+  out += [Setting("pre_layer", dtype="bfloat16")]
+  return out
+
+
+# -- Running the grid -----------------------------------------------------------
+
+def _want(config: str, preset: str, overrides: dict) -> dict:
+  c = R.config_module(config).get_config(preset)
+  for k, v in overrides.items():
+    c[k] = v
+  return json.loads(json.dumps(c.to_dict()))
+
+
+def done(wd: Path, config: str, preset: str, overrides: dict) -> str | None:
+  """'finished' (metrics up to num_steps) or 'diverged' (diverged.json) when
+  ``wd`` holds a whole record of ``config:preset`` with ``overrides`` (the data
+  path aside, fields added since counting as the preset's); else None."""
+  try:
+    recorded = json.loads((wd / "config.json").read_text())["config"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  want = _want(config, preset, overrides)
+  defaults = json.loads(json.dumps(R.config_module(config).get_config(preset).to_dict()))
+  recorded = {**{k: v for k, v in defaults.items() if k not in overrides}, **recorded}
+  strip = lambda c: {k: v for k, v in c.items() if k != "data_dir"}
+  if strip(recorded) != strip(want):
+    return None
+  if (wd / DIVERGED).exists():
+    return "diverged"
+  try:
+    last = json.loads((wd / "metrics.jsonl").read_text().splitlines()[-1])
+  except (OSError, ValueError, IndexError):
+    return None
+  return "finished" if last.get("step") == want["num_steps"] else None
+
+
+def run_grid(args, runs: dict) -> dict:
+  """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}) with
+  ``--seeds`` seeds, ``--jobs`` at a time, as runs.run_all does, except that a
+  run ending in a divergence (exit status 3) is a result; returns
+  {key: {"seeds": [record, ...]}}, the first seed's record merged in."""
+  seeds = R.seed_names(args, CONFIG)
+  runs = {key: [(name + suffix, {**ov, **seed}) for suffix, seed in seeds]
+          for key, (name, ov) in runs.items()}
+  pending, active, failed = [r for rs in runs.values() for r in rs], [], []
+  for name, ov in list(pending):
+    state = done(R.workdir(args, name), CONFIG, args.preset, ov)
+    if state:
+      print(f"{state}: {name} (its record is complete; not run again)", flush=True)
+      pending.remove((name, ov))
+  while active or (pending and not failed):
+    while pending and not failed and len(active) < args.jobs:
+      name, ov = pending.pop(0)
+      wd = R.workdir(args, name)
+      cmd = [sys.executable, "-m", "experiments.main", f"--config={CONFIG}:{args.preset}",
+             f"--workdir={wd}", *(f"--config.{k}={v}" for k, v in ov.items())]
+      print("+", " ".join(cmd[1:]), flush=True)
+      log = None
+      if args.jobs > 1:
+        wd.parent.mkdir(parents=True, exist_ok=True)
+        log = open(wd.parent / f"{name}.log", "ab")  # pylint: disable=consider-using-with
+      active.append((name, log, subprocess.Popen(cmd, cwd=R.REPO, stdout=log,
+                                                 stderr=subprocess.STDOUT if log else None)))
+    finished_jobs = [j for j in active if j[2].poll() is not None]
+    if not finished_jobs:
+      time.sleep(0.5)
+    for job in finished_jobs:
+      active.remove(job)
+      name, log, proc = job
+      rc = proc.returncode
+      what = "finished" if rc == 0 else "diverged" if rc == NONFINITE_EXIT else "failed"
+      if log:
+        log.close()
+      print(f"{what}: {name}" + (f" (log: {log.name})" if log else ""), flush=True)
+      if what == "failed":
+        failed.append(name)
+  if failed:
+    failed = [n for rs in runs.values() for n, _ in rs if n in failed]
+    sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
+  out = {}
+  for key, rs in runs.items():
+    per_seed = [collect(args, name) for name, _ in rs]
+    out[key] = {**per_seed[0], "seeds": per_seed}
+  return out
+
+
+def collect(args, name: str) -> dict:
+  """Copies the run's record into the results folder and reads it: config.json
+  with ``metrics`` (none if it diverged before its first evaluation),
+  ``grad_norms`` and ``diverged`` (None where absent)."""
+  wd, dest = R.workdir(args, name), R.out_dir(args) / name
+  dest.mkdir(parents=True, exist_ok=True)
+  for f in ("config.json", "metrics.jsonl", GRAD_NORMS, DIVERGED):
+    if (wd / f).exists():
+      shutil.copy2(wd / f, dest / f)
+    else:
+      (dest / f).unlink(missing_ok=True)  # a stale copy from an earlier collection
+  record = json.loads((wd / "config.json").read_text())
+  record["metrics"] = figures.read_metrics(wd) if (wd / "metrics.jsonl").exists() else []
+  for key, f in (("grad_norms", GRAD_NORMS), ("diverged", DIVERGED)):
+    record[key] = json.loads((wd / f).read_text()) if (wd / f).exists() else None
+  record["name"] = name
+  return record
+
+
+# -- Reading the records --------------------------------------------------------
+
+def final_bpc(r: dict) -> float:
+  """The run's last validation bpc; inf if it diverged (whatever it had before)."""
+  if r["diverged"] or not r["metrics"]:
+    return math.inf
+  return r["metrics"][-1]["valid_bpc"]
+
+
+def outcome(r: dict, key: str = "valid_bpc", fmt: str = ".3f") -> str:
+  """The last value of ``key``, or where the run diverged."""
+  d = r["diverged"]
+  if d:
+    a, b = d.get("first_step"), d.get("last_step")
+    where = f"in steps {a}-{b}" if a is not None else (
+        f"after step {r['metrics'][-1]['step']}" if r["metrics"] else "before its first evaluation")
+    return f"diverged {where}"
+  m = [x for x in r["metrics"] if key in x]
+  return format(m[-1][key], fmt) if m else "n/a"
+
+
+def step_seconds(m: list[dict]) -> float:
+  """The median interval's training seconds per update (no evaluation,
+  checkpoints or compiling)."""
+  per = [x["epoch_time_s"] / max(x["step"] - p, 1) for x, p in zip(m, [0] + [y["step"] for y in m])
+         if "epoch_time_s" in x]
+  return float(np.median(per)) if per else math.nan
+
+
+def train_seconds_to(m: list[dict], level: float) -> float:
+  """Training seconds (summed intervals) until validation bpc <= level; inf if never."""
+  t = 0.0
+  for x in m:
+    t += x.get("epoch_time_s", 0.0)
+    if x.get("valid_bpc", math.inf) <= level:
+      return t
+  return math.inf
+
+
+def spread(*runs: dict) -> float:
+  """The largest range over seeds of the runs' final validation bpc (0 with one
+  seed; the diverged seeds left out)."""
+  out = 0.0
+  for r in runs:
+    v = [final_bpc(s) for s in R.seeds(r) if math.isfinite(final_bpc(s))]
+    if len(v) > 1:
+      out = max(out, max(v) - min(v))
+  return out
+
+
+def w2_ratio(r: dict, when: str = "init") -> float:
+  g = (r["grad_norms"] or {}).get(when)
+  return g["w2"][-1] / g["w2"][0] if g and g["w2"][0] > 0 else math.nan
+
+
+def w2_slope(r: dict, when: str = "init") -> float:
+  """The least-squares slope of ln(W^2's gradient norm) against the block index."""
+  g = (r["grad_norms"] or {}).get(when)
+  if not g or len(g["w2"]) < 2:
+    return math.nan
+  return float(np.polyfit(np.arange(len(g["w2"])), np.log(g["w2"]), 1)[0])
+
+
+def verdict(ok: list[bool]) -> str:
+  """holds in every seed, fails in none, else mixed."""
+  return "**holds**" if all(ok) else "**fails**" if not any(ok) else "mixed"
+
+
+def rising(r: dict, when: str = "init") -> str:
+  g = (r["grad_norms"] or {}).get(when)
+  if not g:
+    return "n/a"
+  w = g["w2"]
+  return f"{sum(b > a for a, b in zip(w, w[1:]))} of {len(w) - 1}"
+
+
+# -- The figures ----------------------------------------------------------------
+
+def panels(records: dict[Setting, dict], c) -> dict[str, dict[str, list]]:
+  lr, lo, L = c.learning_rate, c.learning_rate * LOW_RATE, c.num_layers
+  out: dict[str, dict[str, list]] = {}
+  for s, r in records.items():
+    if s.dtype != "float32":
+      title = f"{L} layers, pre-LN, float32 vs bfloat16"
+    elif not s.deep:
+      title = f"{SHALLOW_LAYERS} layers, warm-up {c.warmup_steps}, lr {lr:g}"
+    elif s.low_rate:
+      title = f"{L} layers, no warm-up, lr {lo:g}"
+    else:
+      title = f"{L} layers, {'warm-up ' + str(c.warmup_steps) if s.warmup else 'no warm-up'}, lr {lr:g}"
+    label = s.label() + (" (diverged)" if any(x["diverged"] for x in R.seeds(r)) else "")
+    out.setdefault(title, {})[label] = [x["metrics"] for x in R.seeds(r) if x["metrics"]]
+  fp32 = next((r for s, r in records.items() if s == Setting("pre_layer")), None)
+  bf = f"{L} layers, pre-LN, float32 vs bfloat16"
+  if fp32 is not None and bf in out:
+    out[bf] = {"pre-LN (float32)": [x["metrics"] for x in R.seeds(fp32)], **out[bf]}
+  return out
+
+
+def plot_curves(records: dict[Setting, dict], c, path: Path) -> None:
+  groups = panels(records, c)
+  fig, axes = figures.grid(len(groups), "Byte Transformer LM: validation bpc")
+  for ax, (title, runs) in zip(axes, groups.items()):
+    figures.draw(ax, {k: v for k, v in runs.items() if v}, "valid_bpc", "step")
+    if ax.get_lines():  # the first evaluations (~8 bpc at init) would flatten the rest
+      ax.set_ylim(top=min(4.0, max(float(np.nanmax(l.get_ydata())) for l in ax.get_lines())))
+    ax.set(title=title, xlabel=figures.X_LABELS["step"], ylabel="validation bpc (bits / byte)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+  fig.tight_layout()
+  figures.save(fig, path, dpi=figures.DPI)
+
+
+def plot_grad_norms(records: dict[Setting, dict], c, path: Path) -> None:
+  """Per block, input to output: W^2's gradient norm at step 0 (Xiong et al.'s
+  Figure 3), the whole block's at step 0, and W^2's after training; the deep
+  warm-up runs, mean over seeds with a band over them."""
+  deep = {s.norm: r for s, r in records.items()
+          if s.deep and s.warmup and not s.low_rate and s.dtype == "float32"}
+  cells = [("init", "w2", "W^2 (mlp/proj) at initialisation"),
+           ("init", "blocks", "whole block at initialisation"),
+           ("final", "w2", "W^2 after training")]
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
+  fig, axes = figures.grid(len(cells), f"Gradient norm per layer, {c.num_layers} layers")
+  for ax, (when, what, title) in zip(axes, cells):
+    for norm, r in deep.items():
+      ys = [x["grad_norms"][when][what] for x in R.seeds(r)
+            if x["grad_norms"] and when in x["grad_norms"]]
+      if not ys:
+        continue
+      y = np.array(ys)
+      xs = np.arange(y.shape[1])
+      line, = ax.plot(xs, y.mean(0), marker="o", ms=3, label=LABELS[norm])
+      if len(ys) > 1:
+        ax.fill_between(xs, y.min(0), y.max(0), color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set(yscale="log", title=title, xlabel="block (input to output)", ylabel="gradient L2 norm")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+  figures.finish(fig, axes, path)
+
+
+# -- results.md -----------------------------------------------------------------
+
+def per(values) -> str:
+  return " / ".join(values)
+
+
+def claims(records: dict[Setting, dict], n: int) -> str:
+  """Each claim, judged seed by seed (seed s against seed s: the same init
+  key and batches) against the seeds' spread of the runs compared."""
+  get = lambda *a, **k: R.seeds(records[Setting(*a, **k)])
+  rec = lambda *a, **k: records[Setting(*a, **k)]
+  rows = []
+
+  def worse_row(claim, a_run, b_run, a_lab, b_lab, expect_worse: bool):
+    sp = spread(a_run, b_run)
+    pairs = list(zip(R.seeds(a_run), R.seeds(b_run)))
+    d = [final_bpc(a) - final_bpc(b) for a, b in pairs]
+    worse = [x > sp for x in d]
+    per_seed = per(f"{outcome(a)} vs {outcome(b)}" for a, b in pairs)
+    rows.append((claim, f"final valid bpc, {a_lab} vs {b_lab}", per_seed,
+                 f"worse beyond the spread ({sp:.3f}) in {sum(worse)} of {len(d)}",
+                 verdict(worse if expect_worse else [not w for w in worse])))
+
+  worse_row("1. post-LN needs warm-up (at the larger rate)", rec("post_layer", warmup=False),
+            rec("post_layer"), "no warm-up", "warm-up", True)
+  worse_row("1. pre-LN does not need warm-up", rec("pre_layer", warmup=False),
+            rec("pre_layer"), "no warm-up", "warm-up", False)
+  for norm in ("post_layer", "pre_layer"):
+    lo, hi = R.seeds(rec(norm, warmup=False, low_rate=True)), get(norm, warmup=False)
+    better = sum(final_bpc(a) < final_bpc(b) for a, b in zip(lo, hi))
+    rows.append((f"1. ({LABELS[norm]}, no warm-up) the trouble is the rate's",
+                 f"final valid bpc at lr x{LOW_RATE:g} vs the larger lr",
+                 per(f"{outcome(a)} vs {outcome(b)}" for a, b in zip(lo, hi)),
+                 f"smaller rate better in {better} of {len(lo)}", "(context)"))
+  post, pre = get("post_layer"), get("pre_layer")
+  ups, flats = [w2_ratio(x) for x in post], [w2_ratio(x) for x in pre]
+  grows = [v > 1 and w2_slope(x) > 0 for v, x in zip(ups, post)]
+  rows.append(("1. at init post-LN's gradients grow toward the output",
+               "W^2 gradient norm, last block / first (blocks rising; slope of log norm a block)",
+               per(f"{v:.2f} ({rising(x)}; {w2_slope(x):+.3f})" for v, x in zip(ups, post)),
+               f"rising in {sum(grows)} of {len(grows)}; by >= {GROWTH:g}x in "
+               f"{sum(v >= GROWTH for v in ups)} of {len(ups)}", verdict(grows)))
+  flat = [1 / GROWTH < v < GROWTH for v in flats]
+  rows.append(("1. at init pre-LN's stay flat", "W^2 gradient norm, last block / first "
+               "(blocks rising; slope)",
+               per(f"{v:.2f} ({rising(x)}; {w2_slope(x):+.3f})" for v, x in zip(flats, pre)),
+               f"within {GROWTH:g}x in {sum(flat)} of {len(flat)}; falling (< 1) in "
+               f"{sum(v < 1 for v in flats)}", verdict(flat)))
+  more = [a > b for a, b in zip(ups, flats)]
+  rows.append(("1. post-LN's grow more than pre-LN's (Figure 3's contrast)",
+               "last / first, post-LN vs pre-LN", per(f"{a:.2f} vs {b:.2f}" for a, b in
+                                                     zip(ups, flats)),
+               f"post-LN's higher in {sum(more)} of {len(more)}", verdict(more)))
+  # 2. RMSNorm reaches LN's quality in less time.
+  for deep in (True, False):
+    ln, rms, none = get("pre_layer", deep=deep), get("pre_rms", deep=deep), get("none", deep=deep)
+    ratio = [step_seconds(b["metrics"]) / step_seconds(a["metrics"]) for a, b in zip(ln, rms)]
+    t = [(train_seconds_to(b["metrics"], final_bpc(a)), sum(x.get("epoch_time_s", 0)
+                                                            for x in a["metrics"]))
+         for a, b in zip(ln, rms)]
+    sooner = sum(x < y for x, y in t)
+    depth = f"{ln[0]['config']['num_layers']} layers"
+    rows.append((f"2. RMSNorm reaches LN's quality in less time ({depth})",
+                 "training s until pre-RMS reaches its seed's pre-LN final valid bpc, vs "
+                 "pre-LN's total; step time pre-RMS / pre-LN",
+                 per(f"{R.reached(round(x)) if x != math.inf else 'not reached'} vs {y:.0f} s, "
+                     f"x{q:.3f}" for (x, y), q in zip(t, ratio)),
+                 f"sooner in {sooner} of {len(t)}; faster a step in "
+                 f"{sum(q < 1 for q in ratio)} of {len(ratio)}",
+                 verdict([x < y for x, y in t])))
+    shares = {k: [1 - step_seconds(z["metrics"]) / step_seconds(x["metrics"])
+                  for x, z in zip(get(k, deep=deep), none)] for k in ("post_layer", "pre_layer",
+                                                                       "pre_rms")}
+    rows.append((f"2. the norm's share of the step ({depth})", "1 - none's s / update over "
+                 "the norm's (post-LN, pre-LN, pre-RMS)",
+                 per(", ".join(f"{100 * shares[k][i]:.0f}%" for k in shares)
+                     for i in range(len(none))), "", "(measure)"))
+  # 3. The normalized models reach a given bpc in fewer updates.
+  for deep in (True, False):
+    none = get("none", deep=deep)
+    for norm in ("post_layer", "pre_layer", "pre_rms"):
+      runs = get(norm, deep=deep)
+      to = [(R.first(x["metrics"], "valid_bpc", final_bpc(b), "step"),
+             b["metrics"][-1]["step"] if b["metrics"] and not b["diverged"] else math.inf)
+            for x, b in zip(runs, none)]
+      sooner = sum(a < b for a, b in to)
+      rows.append((f"3. {LABELS[norm]} needs fewer updates than no norm "
+                   f"({runs[0]['config']['num_layers']} layers, warm-up)",
+                   "update at which it reaches its seed's no-norm final valid bpc, vs no norm's "
+                   "last", per(f"{R.reached(a)} vs {R.reached(b)}" for a, b in to),
+                   f"sooner in {sooner} of {len(to)}", verdict([a < b for a, b in to])))
+  # bfloat16 against float32.
+  f32, b16 = rec("pre_layer"), rec("pre_layer", dtype="bfloat16")
+  sp = spread(f32, b16)
+  pairs = list(zip(R.seeds(b16), R.seeds(f32)))
+  d = [final_bpc(a) - final_bpc(b) for a, b in pairs]
+  st = [step_seconds(a["metrics"]) / step_seconds(b["metrics"]) for a, b in pairs]
+  rows.append(("bfloat16 matches float32 (pre-LN, warm-up)",
+               "final valid bpc, bfloat16 vs float32; step time bf16 / f32",
+               per(f"{outcome(a)} vs {outcome(b)}, x{q:.2f}" for (a, b), q in zip(pairs, st)),
+               f"within the spread ({sp:.3f}) in {sum(abs(x) <= sp for x in d)} of {len(d)}",
+               verdict([abs(x) <= sp for x in d])))
+  note = ("" if n > 1 else "\nOne seed: the spread is 0, so any difference counts; run "
+          "`--seeds 2` for verdicts against the seeds' spread.\n")
+  return ("\n## Verdicts, seed by seed\n\nValues in seed order; \"the spread\" is the "
+          "largest range over seeds of the compared runs' final validation bpc (diverged "
+          "seeds left out); a diverged run counts as worse than any bpc. W^2's gradient norms at "
+          "initialisation \"grow\" when the last block's exceeds the first's and the slope "
+          "of their logarithm over the blocks is positive, and are \"flat\" when the last is "
+          f"within {GROWTH:g}x of the first either way.\n{note}\n"
+          "| claim | measure | per seed | how many seeds | verdict |\n|---|---|---|---|---|\n"
+          + "".join(f"| {' | '.join(r)} |\n" for r in rows))
+
+
+ANCHORS = """
+## The published anchors (theirs, not ours; other data, sizes and tasks)
+
+- **Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"** (their
+  Figure 3 and section 3, 6-layer translation Transformers at initialisation): the expected
+  gradient norm of W^2 in each layer's FFN *grows with the layer index* for post-LN and stays
+  *about the same across layers* for pre-LN (their Theorem 1: post-LN's last layer
+  O(d sqrt(ln d)), pre-LN's O(d sqrt(ln d / L))). Their Figure 1 / section 3.1 (IWSLT14
+  De-En, BERT): post-LN trained without the warm-up, at lr 5e-4 or 1e-3, ends well below the
+  warm-up runs; pre-LN trains without warm-up and reaches comparable results sooner.
+- **Zhang & Sennrich 2019, "Root Mean Square Layer Normalization"** (abstract): RMSNorm
+  performs comparably to LayerNorm and reduces the running time by 7%-64% on their models (RNNs,
+  Transformer, CNNs on GPUs); ours is a 64-wide model on 2 CPU cores, where the norm's share of a
+  step is small, so expect little of that saving.
+- **Ba, Kiros & Hinton 2016** (the paper reproduced here): layer norm trains recurrent nets in
+  fewer updates than none; it has no Transformer result, so claim 3 is carried over, not
+  checked against a number.
+"""
+
+
+def transformer(args) -> None:
+  """Runs the grid (``grid``) and writes results.md, curves.png and grad_norms.png."""
+  c = R.config_module(CONFIG).get_config(args.preset)
+  settings = grid()
+  if c.num_layers == SHALLOW_LAYERS:
+    sys.exit(f"error: preset {args.preset} has {c.num_layers} layers, the shallow model's; "
+             "the grid needs a deeper one")
+  records = run_grid(args, {s: (s.name(c), s.overrides(c)) for s in settings})
+  out = R.out_dir(args)
+  plot_curves(records, c, out / "curves.png")
+  plot_grad_norms(records, c, out / "grad_norms.png")
+  first = next(iter(records.values()))
+  md = R.header(args, list(records.values()), "Beyond the paper: norms in a byte Transformer LM")
+  gn = next((x["grad_norms"] for r in records.values() for x in R.seeds(r) if x["grad_norms"]),
+            {})
+  md += (f"Data: **{gn.get('source', c.data_source)}** ({gn.get('data', '')}). Bits per byte "
+         f"on {c.num_eval_windows or 'all'} fixed windows of {c.seq_len} targets spread evenly over "
+         "the validation books (test: the same on the test books, at the end).\n\n"
+         f"Setting (preset {args.preset}): {c.num_layers} layers (shallow: {SHALLOW_LAYERS}), "
+         f"d_model {c.d_model}, {c.num_heads} heads, d_ff {c.d_ff}, {c.positions} positions, "
+         f"{c.activation}, windows of {c.seq_len} bytes, batch {c.batch_size}, Adam at "
+         f"{c.learning_rate:g} (the smaller rate {c.learning_rate * LOW_RATE:g}), warm-up "
+         f"{c.warmup_steps} updates (linear) then {c.schedule}, clipping "
+         f"{c.grad_clip_norm or 'off'}, {c.num_steps} updates, evaluated every "
+         f"{c.eval_every_steps}. No norm: W^O and W^2 start at Xavier / sqrt(2 L) (GPT-2); "
+         "the normalized models at Xavier (Xiong et al.'s setting).\n\n"
+         "![validation bpc](curves.png)\n\n"
+         "![gradient norms](grad_norms.png)\n\n"
+         "Gradient norms: the L2 norm of each block's gradient on one fixed training batch "
+         "(`<run>/grad_norms.json`, which also has every layer's, W^O's and the embedding's).\n\n"
+         "## Final bpc\n\n| run | layers | warm-up | lr | dtype | final valid bpc | best valid "
+         "bpc | test bpc | s / update | x none's |\n|---|---|---|---|---|---|---|---|---|---|\n")
+  for s, r in records.items():
+    runs = R.seeds(r)
+    none = records[Setting("none", deep=s.deep)]
+    fin = [final_bpc(x) for x in runs]
+    fin_s = (R.mean_sd([v for v in fin], ".3f") if all(map(math.isfinite, fin))
+             else per(outcome(x) for x in runs))
+    best = R.mean_sd([min((m["valid_bpc"] for m in x["metrics"]), default=math.nan)
+                      for x in runs], ".3f")
+    test = (R.mean_sd([x["metrics"][-1].get("test_bpc", math.nan) for x in runs], ".3f")
+            if all(map(math.isfinite, fin)) else per(outcome(x, "test_bpc") for x in runs))
+    secs = [step_seconds(x["metrics"]) for x in runs]
+    ratio = [step_seconds(x["metrics"]) / step_seconds(z["metrics"])
+             for x, z in zip(runs, R.seeds(none))]
+    cfg = r["config"]
+    md += (f"| {s.label()} | {cfg['num_layers']} | {cfg['warmup_steps'] or 'none'} | "
+           f"{cfg['learning_rate']:g} | {cfg['dtype']} | {fin_s} | {best} | {test} | "
+           f"{R.mean_sd(secs, '.3f')} | {R.mean_sd(ratio, '.3f')} |\n")
+  div = [(x["name"], outcome(x)) for r in records.values() for x in R.seeds(r) if x["diverged"]]
+  md += ("\nStep times: the median evaluation interval's training seconds per update, from the "
+         "runs themselves (no evaluation, checkpoints or compiling); with `--jobs 2`, or other "
+         "work on the machine, two runs share the cores and these times are noisier than "
+         "`python -m scripts.bench.transformer` (all variants in one process, interleaved).\n"
+         "\n## Divergences\n\n"
+         + ("".join(f"- {n}: {o} (NaN or Inf in a training metric; metrics up to the last good "
+                    "evaluation)\n" for n, o in div) if div else "None: every run finished.\n"))
+  md += claims(records, len(R.seeds(first)))
+  md += ANCHORS
+  (out / "results.md").write_text(md)
+  print(md)

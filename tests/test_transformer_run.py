@@ -1,0 +1,262 @@
+"""experiments/transformer.py and the reproduce target (issue 36): bad config
+input is one line through the command line; a smoke run stopped and resumed
+equals a straight one; a NaN is recorded as a divergence; and the target's
+tables and verdicts, on fake runs (a diverged one among them)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from lnorm.data import bytes_lm
+from tests.run_records import REPO, metrics, run_cli, without_timing
+from tests.test_bytes_lm import _write_novels
+
+
+# -- Bad input at config time: one line, exit status 2. --------------------------
+
+@pytest.mark.parametrize("flags, message", [
+    (["--config.norm_position=middle"],
+     "error: norm_position='middle' is not valid; choose one of: post, pre, none"),
+    (["--config.norm=batch"], "error: norm='batch' is not valid; choose one of: "),
+    (["--config.seq_len=17"], "error: sequence length 17 is beyond the position table of "
+                              "max_len=16 positions; raise max_len or shorten the windows"),
+    (["--config.dtype=float16"],
+     "error: dtype='float16' is not valid; choose one of: float32, bfloat16"),
+    (["--config.norm_position=none"],
+     "error: norm_position='none' has no norm; it takes norm='none', not 'layer'"),
+])
+def test_bad_config_is_one_line_before_anything_runs(tmp_path, flags, message):
+  wd = tmp_path / "wd"
+  p = run_cli("--config=configs/transformer.py:smoke", f"--workdir={wd}", *flags,
+              env={"LNORM_DATA_DIR": str(tmp_path / "nothing")})
+  assert p.returncode == 2, p.stderr
+  lines = p.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(message), p.stderr
+  assert not wd.exists()
+
+
+def test_a_dtype_the_platform_lacks_is_one_line(monkeypatch):
+  from configs import transformer as cfg
+  from experiments import transformer as exp
+  from experiments.runner.errors import ConfigError
+  from lnorm import transformer as tr
+  # As a backend without bfloat16 matmuls answers (CPU and GPU both have them).
+  monkeypatch.setattr(tr, "_platform_error", lambda name, backend: "no bf16 dot here")
+  c = cfg.get_config("smoke")
+  c.dtype = "bfloat16"
+  with pytest.raises(ConfigError) as e:
+    exp.validate(c)
+  assert str(e.value) == ("dtype='bfloat16' is not supported on this platform "
+                          f"({__import__('jax').default_backend()}): no bf16 dot here")
+
+
+def test_warm_up_then_constant_or_cosine():
+  from experiments import transformer as exp
+  warm = exp.lr_schedule(1e-3, 4, 10, "constant")
+  np.testing.assert_allclose([float(warm(s)) for s in range(6)],
+                             [2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3], rtol=1e-6)
+  cos = exp.lr_schedule(1e-3, 0, 10, "cosine")
+  assert float(cos(0)) == pytest.approx(1e-3) and float(cos(10)) == pytest.approx(0, abs=1e-9)
+  assert exp.lr_schedule(1e-3, 4, 10, "constant") is warm  # one object: shared compiled steps
+
+
+# -- End to end, on a tiny archive of books. ------------------------------------
+
+def _tiny_novels(root: Path) -> None:
+  rng = np.random.default_rng(0)
+  words = ["the", "pen", "a", "move", "river", "Tom", "said", "and", "of", "night"]
+  text = lambda n: " ".join(rng.choice(words, n)) + ".\n"
+  books = {n: text(300) for n in bytes_lm.VALID_BOOKS + bytes_lm.TEST_BOOKS}
+  books |= {f"train_{i}.txt": text(2000) for i in range(2)}
+  _write_novels(root, books)
+
+
+@pytest.mark.slow
+def test_resumed_run_equals_straight_run(tmp_path, monkeypatch):
+  from configs import transformer as cfg
+  from experiments import transformer as exp
+  _tiny_novels(tmp_path)
+  c = cfg.get_config("smoke")
+  c.data_dir, c.num_steps, c.eval_every_steps, c.warmup_steps = str(tmp_path), 12, 4, 3
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  s_state = exp.train_and_evaluate(c, str(straight))
+  short = c.copy_and_resolve_references()
+  short.num_steps = 8
+  exp.train_and_evaluate(short, str(resumed))
+  assert [r["step"] for r in metrics(resumed)] == [4, 8]
+  r_state = exp.train_and_evaluate(c, str(resumed))  # num_steps may grow: resumes at 8
+
+  records = metrics(straight)
+  assert [r["step"] for r in records] == [4, 8, 12]
+  assert "test_bpc" in records[-1] and "test_bpc" not in records[1]
+  got = without_timing(metrics(resumed))
+  # The stopped run measured test bpc at its own last step, 8; the rest is equal.
+  assert "test_bpc" in got[1]
+  del got[1]["test_bpc"]
+  assert got == without_timing(records)
+  for r in records:
+    for k in ("train_nll", "train_bpc", "train_grad_norm", "train_lr", "valid_bpc"):
+      assert math.isfinite(r[k]), r
+    assert r["train_bpc"] == pytest.approx(r["train_nll"] / math.log(2))
+  import jax
+  jax.tree.map(np.testing.assert_array_equal, s_state.params, r_state.params)
+  g_s = json.loads((straight / "grad_norms.json").read_text())
+  g_r = json.loads((resumed / "grad_norms.json").read_text())
+  assert g_s == g_r and g_s["final"]["step"] == 12 and g_s["init"]["step"] == 0
+  # Input to output: embed, pos, the blocks, the final norm (pre-LN), logits.
+  assert list(g_s["init"]["layers"]) == ["embed", "pos", "block_0", "block_1", "block_2",
+                                          "final_norm", "logits"]
+  assert len(g_s["init"]["w2"]) == len(g_s["init"]["blocks"]) == c.num_layers
+  assert not (straight / "diverged.json").exists()
+
+
+@pytest.mark.slow
+def test_a_nan_is_recorded_as_a_divergence(tmp_path):
+  _tiny_novels(tmp_path)
+  wd = tmp_path / "wd"
+  # No norm and an absurd rate: the stream overflows within a few updates.
+  p = run_cli("--config=configs/transformer.py:smoke", f"--workdir={wd}",
+              "--config.norm=none", "--config.norm_position=none",
+              "--config.learning_rate=1e6", "--config.warmup_steps=0",
+              "--config.eval_every_steps=5", f"--config.data_dir={tmp_path}")
+  assert p.returncode == 3, p.stderr
+  assert p.stderr.strip().splitlines()[-1].startswith("error: train_")
+  d = json.loads((wd / "diverged.json").read_text())
+  assert d["diverged"] and d["first_step"] >= 1 and d["last_step"] <= 20
+  assert d["last_step"] - d["first_step"] == 4  # one evaluation interval
+  g = json.loads((wd / "grad_norms.json").read_text())
+  assert "init" in g and "final" not in g
+
+
+# -- The reproduce target on fake runs. -----------------------------------------
+
+_REAL_POPEN = subprocess.Popen
+
+
+class FakeTransformerRun:
+  """Stands in for ``experiments.main`` on configs/transformer.py: the preset's
+  whole config.json, validation bpc falling over 4 evaluations of 5 updates
+  (normalized models faster; seed s 0.01 s higher), step times by norm, and
+  grad_norms.json (post-LN's W^2 norms rising 4x, pre-LN's flat). post-LN
+  without warm-up at the larger rate diverges in steps 11-15 in every seed."""
+  commands: list[list[str]] = []
+
+  def __new__(cls, cmd, **kw):
+    if "experiments.main" not in cmd:  # matplotlib's fc-list runs for real
+      return _REAL_POPEN(cmd, **kw)
+    return super().__new__(cls)
+
+  def __init__(self, cmd, **_):
+    from configs import transformer as cfg
+    FakeTransformerRun.commands.append(cmd)
+    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
+    config = cfg.get_config(flags["config"].rsplit(":", 1)[1]).to_dict()
+    for k, v in flags.items():
+      if k.startswith("config."):
+        f = k[len("config."):]
+        config[f] = (v == "True") if isinstance(config[f], bool) else type(config[f])(v)
+    seed, norm = config["seed"], config["norm"]
+    L = config["num_layers"]
+    wd = Path(flags["workdir"])
+    wd.mkdir(parents=True)
+    (wd / "config.json").write_text(json.dumps(
+        {"config": config, "git_commit": "abc", "versions": {"jax": "x"},
+         "host": {"cpu": "Fake CPU", "cpu_threads": 2}}))
+    # none ends at 2.5 (+0.01 s); the others fall faster, through 2.25 to 1.5.
+    fall = 0.5 if norm == "none" else 0.75
+    secs = {"none": 1.0, "layer": 1.1, "rms": 1.05}[norm] * (5 if L > 2 else 1)
+    if config["dtype"] == "bfloat16":
+      secs *= 1.2
+    diverges = (config["norm_position"] == "post" and config["warmup_steps"] == 0
+                and config["learning_rate"] == cfg.get_config("smoke").learning_rate)
+    steps = (5, 10) if diverges else (5, 10, 15, 20)
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(
+        {"step": s, "train_bpc": 4.0, "valid_bpc": 4.5 - fall * (i + 1) + 0.01 * seed,
+         "epoch_time_s": 5 * secs, "examples_per_sec": 1.0,
+         **({"test_bpc": 2.1} if s == 20 else {})}) + "\n" for i, s in enumerate(steps)))
+    rising = config["norm_position"] == "post"
+    w2 = [1.0 * (4 ** (l / (L - 1)) if rising else 1.0) for l in range(L)]
+    init = {"step": 0, "layers": {}, "w2": w2, "wo": w2, "blocks": w2}
+    (wd / "grad_norms.json").write_text(json.dumps(
+        {"source": "novels", "data": "fake books", "init": init,
+         **({} if diverges else {"final": {**init, "step": 20}})}))
+    self.returncode = 0
+    if diverges:
+      (wd / "diverged.json").write_text(json.dumps(
+          {"diverged": True, "first_step": 11, "last_step": 15, "num_steps": 20,
+           "message": "train_nll is nan in steps 11-15; stopped."}))
+      self.returncode = 3
+
+  def poll(self):
+    return self.returncode
+
+
+def test_target_records_divergence_and_judges_each_claim(tmp_path, monkeypatch):
+  from scripts import reproduce
+  from scripts.paper import runs
+  from scripts.paper import transformer as target
+  FakeTransformerRun.commands = []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeTransformerRun)
+  argv = ["transformer", "--preset", "smoke", "--seeds", "2", "--runs_dir",
+          str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")]
+  reproduce.main(argv)
+  assert len(FakeTransformerRun.commands) == 2 * len(target.grid()) == 30
+  out = tmp_path / "res" / "transformer_smoke"
+  md = (out / "results.md").read_text()
+  lines = md.splitlines()
+  for f in ("curves.png", "grad_norms.png"):
+    assert (out / f).read_bytes().startswith(b"\x89PNG")
+  # The smoke preset's deep model has 3 layers, the shallow one 2.
+  assert json.loads((out / "L3_post_layer_nowarm" / "diverged.json").read_text())["last_step"] == 15
+  # The table: the diverged run by seed, the others mean ± sd over seeds 0 and 1.
+  assert ("| post-LN | 3 | none | 0.001 | float32 | diverged in steps 11-15 / diverged in "
+          "steps 11-15 |") in md
+  assert "| pre-LN | 2 | 5 | 0.001 | float32 | 1.505 ± 0.007 | 1.505 ± 0.007 | 2.100 ± 0.000 |" in md
+  assert any(l.startswith("- L3_post_layer_nowarm_seed1: diverged in steps 11-15 (") for l in lines)
+  verdict = lambda claim: next(l for l in lines if l.startswith(f"| {claim}")).split(" | ")[-1]
+  assert verdict("1. post-LN needs warm-up") == "**holds** |"
+  assert verdict("1. pre-LN does not need warm-up") == "**holds** |"
+  assert verdict("1. at init post-LN's gradients grow") == "**holds** |"
+  assert verdict("1. at init pre-LN's stay flat") == "**holds** |"
+  row = next(l for l in lines if l.startswith("| 1. at init post-LN's gradients grow"))
+  assert "4.00 (2 of 2; +0.693) / 4.00 (2 of 2; +0.693)" in row  # W^2's norms 1, 2, 4: slope ln 2
+  assert "rising in 2 of 2; by >= 2x in 2 of 2" in row
+  assert verdict("1. post-LN's grow more than pre-LN's") == "**holds** |"
+  # RMS steps 1.05 / 1.1 of LN's, and reaches LN's final bpc at the same update: 21 s vs 22 s.
+  row = next(l for l in lines if l.startswith("| 2. RMSNorm reaches LN's quality in less time (2"))
+  assert "21 vs 22 s, x0.955" in row and row.endswith("**holds** |")
+  # Normalized: 2.0 at update 20 vs none's 2.5 (reached at 15 by them) against its last, 20.
+  row = next(l for l in lines if l.startswith("| 3. pre-LN needs fewer updates than no norm (2"))
+  assert "15 vs 20 / 15 vs 20" in row and row.endswith("**holds** |")
+  row = next(l for l in lines if l.startswith("| bfloat16 matches float32"))
+  assert "x1.20" in row and row.endswith("**holds** |")
+  assert "(theirs, not ours" in md
+  # A second call collects the records, diverged ones too, and runs nothing.
+  FakeTransformerRun.commands = []
+  reproduce.main(argv)
+  assert FakeTransformerRun.commands == []
+
+
+def test_a_failed_run_still_stops_the_target(tmp_path, monkeypatch):
+  from scripts import reproduce
+  from scripts.paper import runs
+
+  class Broken(FakeTransformerRun):
+    def __init__(self, cmd, **kw):
+      super().__init__(cmd, **kw)
+      self.returncode = 1
+
+  monkeypatch.setattr(runs.subprocess, "Popen", Broken)
+  with pytest.raises(SystemExit) as e:
+    reproduce.main(["transformer", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
+                    "--results_dir", str(tmp_path / "res")])
+  assert str(e.value).startswith("error: run(s) L3_post_layer_warm failed")
+  assert not (tmp_path / "res").exists()
