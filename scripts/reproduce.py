@@ -8,6 +8,7 @@ r"""One command per table or figure of the paper.
   python scripts/reproduce.py fig2     [--preset ...]   # Figure 2, attentive reader (stand-in data)
   python scripts/reproduce.py fig5     [--preset ...]   # Figure 5, handwriting on IAM-OnDB
   python scripts/reproduce.py table3   [--preset ...]   # Table 3, Figure 3, skip-thoughts (stand-in books)
+  python scripts/reproduce.py table2   [--preset ...]   # Table 2, Figure 1, order embeddings (stand-in images)
   python scripts/reproduce.py geometry                  # section 5.2, Fisher of normalized GLMs
   python scripts/reproduce.py transformer [--preset cpu] # beyond the paper: norms in a byte Transformer
 
@@ -36,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # pylint: disable=wrong-import-position
-from scripts.paper import convnet, fig2, fig4, fig5, fig6, geometry, table1, table3  # noqa: E402
+from scripts.paper import convnet, fig2, fig4, fig5, fig6, geometry, table1, table2, table3  # noqa: E402
 from scripts.paper import transformer  # noqa: E402
 from scripts.paper.runs import out_dir  # noqa: E402
 
@@ -44,10 +45,10 @@ from scripts.paper.runs import out_dir  # noqa: E402
 # the parsed arguments that runs what it needs and writes its results.md.
 TARGETS = {"table1": table1.table1, "fig6_lr": fig6.fig6_lr, "fig6": fig6.fig6,
            "convnet": convnet.convnet, "fig4": fig4.fig4, "fig2": fig2.fig2, "fig5": fig5.fig5,
-           "geometry": geometry.geometry, "table3": table3.table3,
+           "geometry": geometry.geometry, "table2": table2.table2, "table3": table3.table3,
            "transformer": transformer.transformer}
 # Targets whose tables and figures report every seed's runs (--seeds N > 1).
-SEEDED = {"fig6", "convnet", "fig4", "fig5", "transformer"}
+SEEDED = {"fig6", "convnet", "fig4", "fig5", "table2", "transformer"}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -261,3 +261,22 @@ def test_evaluate_matches_direct_computation():
   assert got.keys() == want.keys()
   for key in want:
     assert got[key] == pytest.approx(want[key]), key
+
+
+def test_evaluate_cuts_padding_exactly():
+  # Captions padded far past their longest (20 columns, at most 5 tokens): the
+  # length-sorted batches cut to 8 columns give the metrics of the full width,
+  # at any batch size.
+  model, params, _, _ = _tiny_model()
+  rng = np.random.default_rng(6)
+  I = 4
+  tokens = np.zeros((5 * I, 20), np.int32)
+  for c in range(5 * I):
+    n = rng.integers(1, 5)
+    tokens[c, :n] = rng.integers(3, 11, n)
+    tokens[c, n] = 1
+  images = rng.standard_normal((I, 5)).astype(np.float32)
+  c, i = model.apply({"params": params}, tokens, images)
+  want = oe.retrieval_metrics(_ref_violations(c, i))
+  for batch_size in (3, 7, 64):
+    assert oe.evaluate(model, params, tokens, images, batch_size=batch_size) == pytest.approx(want)
