@@ -32,7 +32,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 from flax.training.train_state import TrainState
 

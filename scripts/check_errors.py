@@ -175,6 +175,11 @@ def cases(tmp: Path, data: Path, mount: bool) -> list[Callable[[], Outcome]]:
            ("--config=configs/skipthoughts.py:smoke", "--config.eval_max_examples=1"))
   env_case("reader: stand-in not built", {"LNORM_DATA_DIR": str(tmp / "empty")},
            ("--config=configs/reader.py:cpu",))
+  env_case("order embeddings: image features not extracted",
+           {"LNORM_DATA_DIR": str(tmp / "empty"), "LNORM_CACHE_DIR": str(tmp / "empty")},
+           ("--config=configs/order_embeddings.py:smoke",))
+  env_case("transformer: data_dir without the novels", {"LNORM_DATA_DIR": str(tmp / "empty")},
+           ("--config=configs/transformer.py:smoke",))
 
   def make_cloze_mismatch():
     (tmp / "mc").mkdir()

@@ -26,11 +26,6 @@ sys.path.insert(0, str(REPO))
 
 from scripts import reproduce  # noqa: E402  pylint: disable=wrong-import-position
 
-CONFIGS = {"fig6": "configs/pi_mnist.py", "convnet": "configs/convnet.py",
-           "fig4": "configs/draw.py", "fig2": "configs/reader.py",
-           "fig5": "configs/handwriting.py", "table3": "configs/skipthoughts.py"}
-
-
 class WouldTrain(Exception):
   pass
 
@@ -46,7 +41,7 @@ def _no_training(cmd, **kw):
 
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("target", choices=sorted(CONFIGS))
+  p.add_argument("target", choices=sorted(reproduce.TARGETS))
   p.add_argument("--preset", default="paper", choices=("paper", "cpu", "smoke"))
   p.add_argument("--seeds", default=1, type=int)
   a = p.parse_args(argv)

@@ -15,7 +15,7 @@ from lnorm.data import iam_ondb as iam
 from tests.run_records import metrics, straight_and_resumed, without_timing
 from tests.test_iam_ondb import write
 
-# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+# End-to-end runs (minutes): the slow suite (`python -m pytest -m slow`).
 pytestmark = pytest.mark.slow
 
 NUM_TRAIN, BATCH, EVAL_EVERY = 8, 4, 3  # 2 updates an epoch; an evaluation inside epoch 2

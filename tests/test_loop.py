@@ -31,7 +31,7 @@ from experiments.runner.errors import NonFiniteLossError, UserError
 from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.tiny_data import write_dataset
 
-# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+# End-to-end runs (minutes): the slow suite (`python -m pytest -m slow`).
 pytestmark = pytest.mark.slow
 
 N, D, B = 48, 5, 8  # 6 steps an epoch

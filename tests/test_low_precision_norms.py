@@ -1,7 +1,7 @@
 """layer_norm and rms_norm on bfloat16 inputs against float64 NumPy: the
 output is the float64 norm of the bfloat16 values rounded to bfloat16, within
 one bfloat16 ulp, also on rows whose mean dwarfs their spread. The same check
-fails for statistics computed in bfloat16 (scripts/measure_bf16_statistics.py
+fails for statistics computed in bfloat16 (scripts/bench/bf16_statistics.py
 measures by how much).
 
 An ulp is bfloat16's spacing (8 significant bits) at the size of the output's
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from lnorm import normalization as N
-from scripts import measure_bf16_statistics as M
+from scripts.bench import bf16_statistics as M
 
 BF16 = ml_dtypes.bfloat16
 EPS = 1e-5

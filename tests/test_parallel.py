@@ -25,7 +25,7 @@ import pytest
 
 from tests.run_records import REPO, metrics, without_timing
 
-# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+# End-to-end runs (minutes): the slow suite (`python -m pytest -m slow`).
 pytestmark = pytest.mark.slow
 
 NORMS = ("none", "layer", "batch", "weight", "rms")

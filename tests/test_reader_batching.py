@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from experiments import reader as exp
-from lnorm import reader
 
-# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+# End-to-end runs (minutes): the slow suite (`python -m pytest -m slow`).
 pytestmark = pytest.mark.slow
 
 V, E, B, TP, TQ = 29, 5, 6, 24, 16

@@ -13,7 +13,7 @@ from lnorm.data import cloze
 from tests.run_records import metrics, straight_and_resumed, without_timing
 from tests.test_cloze import _articles, _zip
 
-# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+# End-to-end runs (minutes): the slow suite (`python -m pytest -m slow`).
 pytestmark = pytest.mark.slow
 
 NUM_TRAIN, BATCH, EVAL_EVERY = 24, 8, 4  # 3 updates an epoch; an evaluation inside epoch 2

@@ -13,7 +13,7 @@ import pytest
 
 from lnorm import norms
 from lnorm import recurrent as R
-from tests.recurrent_refs import (B, EPS, H, I, LENGTHS, T, TOL, batch_leaves,
+from tests.recurrent_refs import (B, H, I, LENGTHS, T, TOL, batch_leaves,
                                   f64, init_cell, inputs, length_mask,
                                   np_bnlstm, np_bn, np_gru, np_ln, np_lstm,
                                   np_rnn, perturb, random_carry, sig, wrap)

@@ -20,7 +20,7 @@ from lnorm.data import mnist
 from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.tiny_data import write_dataset
 
-# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+# End-to-end runs (minutes): the slow suite (`python -m pytest -m slow`).
 pytestmark = pytest.mark.slow
 
 

@@ -9,7 +9,7 @@ import pytest
 from lnorm import skipthoughts
 from lnorm.data import books
 
-# End-to-end runs (minutes): `-m "not slow"` leaves them out.
+# End-to-end runs (minutes): the slow suite (`python -m pytest -m slow`).
 pytestmark = pytest.mark.slow
 
 V, E, H = 23, 6, 8

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import subprocess
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 
 from lnorm.data import bytes_lm
-from tests.run_records import REPO, metrics, run_cli, without_timing
+from tests.run_records import metrics, run_cli, without_timing
 from tests.test_bytes_lm import _write_novels
 
 

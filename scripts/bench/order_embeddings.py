@@ -40,13 +40,7 @@ def make_step(config, norm: str, vocab: int, batch):
   model = exp.create_model(config, vocab)
   state = exp.create_train_state(config, vocab, NUM_FEATURES, jax.random.key(0))
   step = jax.jit(lambda s, b: exp.train_step(model, config.margin, s, b), donate_argnums=(0,))
-  box = [state]
-
-  def run():
-    box[0], m = step(box[0], batch)
-    jax.block_until_ready(m)
-
-  return run
+  return bench_timing.step_runner(step, state, batch)
 
 
 def main(argv=None) -> int:
@@ -70,13 +64,7 @@ def main(argv=None) -> int:
   batch = (jnp.asarray(tokens, jnp.int32),
            jnp.asarray(np.abs(rng.normal(size=(B, NUM_FEATURES))), jnp.float32))
   steps = {norm: make_step(config, norm, V, batch) for norm in ("none", "layer")}
-  samples = bench_timing.interleaved_samples(steps, a.repeats, a.sample_s)
-  med = {k: float(np.median(v)) for k, v in samples.items()}
-  for k, v in samples.items():
-    print(f"norm={k:5s}: median {med[k]:.4f} s/update (min {min(v):.4f}, max {max(v):.4f}, "
-          f"{len(v)} samples)")
-  ratio = med["layer"] / med["none"]
-  print(f"layer / none = {ratio:.3f} (goal <= {GOAL}): {'met' if ratio <= GOAL else 'NOT met'}")
+  bench_timing.report_norms(steps, a.repeats, a.sample_s, GOAL, ".4f")
   return 0
 
 

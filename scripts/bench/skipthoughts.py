@@ -37,13 +37,7 @@ def make_step(config, norm: str, batch):
   model = exp.create_model(config, config.vocab_size)
   state = exp.create_train_state(config, config.vocab_size, jax.random.key(0))
   step = jax.jit(lambda s, b: exp.train_step(model, s, b), donate_argnums=(0,))
-  box = [state]
-
-  def run():
-    box[0], m = step(box[0], batch)
-    jax.block_until_ready(m)
-
-  return run
+  return bench_timing.step_runner(step, state, batch)
 
 
 def main(argv=None) -> int:
@@ -63,13 +57,7 @@ def main(argv=None) -> int:
   rng = np.random.default_rng(0)
   batch = tuple(jnp.asarray(rng.integers(3, V, (B, T)), jnp.int32) for _ in range(3))
   steps = {norm: make_step(config, norm, batch) for norm in ("none", "layer")}
-  samples = bench_timing.interleaved_samples(steps, a.repeats, a.sample_s)
-  med = {k: float(np.median(v)) for k, v in samples.items()}
-  for k, v in samples.items():
-    print(f"norm={k:5s}: median {med[k]:.3f} s/update (min {min(v):.3f}, max {max(v):.3f}, "
-          f"{len(v)} samples)")
-  ratio = med["layer"] / med["none"]
-  print(f"layer / none = {ratio:.3f} (goal <= {GOAL}): {'met' if ratio <= GOAL else 'NOT met'}")
+  bench_timing.report_norms(steps, a.repeats, a.sample_s, GOAL, ".3f")
   return 0
 
 

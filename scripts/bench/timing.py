@@ -76,3 +76,30 @@ def interleaved_samples(cands: dict[str, Callable[[], object]], repeats: int,
         fn()
       samples[keys[i]].append((time.perf_counter() - t0) / n)
   return samples
+
+
+def step_runner(step: Callable, state, batch) -> Callable[[], None]:
+  """One update per call of the result: ``state = step(state, batch)`` (a
+  jitted step that donates its state), waiting for the step's metrics."""
+  import jax  # pylint: disable=g-import-not-at-top
+  box = [state]
+
+  def run():
+    box[0], metrics = step(box[0], batch)
+    jax.block_until_ready(metrics)
+
+  return run
+
+
+def report_norms(cands: dict[str, Callable[[], object]], repeats: int, sample_s: float,
+                 goal: float, fmt: str = ".4f") -> float:
+  """Times ``cands`` ({norm: one update}) interleaved, prints each median
+  and layer / none against ``goal``, and returns that ratio."""
+  samples = interleaved_samples(cands, repeats, sample_s)
+  med = {k: float(np.median(v)) for k, v in samples.items()}
+  for k, v in samples.items():
+    print(f"norm={k:5s}: median {med[k]:{fmt}} s/update (min {min(v):{fmt}}, "
+          f"max {max(v):{fmt}}, {len(v)} samples)")
+  ratio = med["layer"] / med["none"]
+  print(f"layer / none = {ratio:.3f} (goal <= {goal}): {'met' if ratio <= goal else 'NOT met'}")
+  return ratio

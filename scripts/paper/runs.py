@@ -21,21 +21,29 @@ TIME_NOTE = ("\nTrain time: the training epochs' seconds, summed. It leaves out 
              "checkpoints, compilation and any time between a stop and its resume.\n")
 
 
-def run_all(args, config: str, runs: dict, keep=()) -> dict:
+def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None) -> dict:
   """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}), each with
   ``--seeds`` seeds, up to ``--jobs`` at a time, then copies each run's record
   into the results folder and returns the records by key: the first seed's,
   with every seed's record (itself first) under ``seeds``. With one job a
   run's progress goes to the terminal; with more, each run writes it to
   ``<name>.log`` beside its workdir. A workdir that holds a finished record
-  of the same config is not run again (:func:`finished`)."""
+  of the same config is not run again (:func:`finished`).
+
+  ``keep``: files every run writes beside its metrics, copied too;
+  ``optional``: files a run may write, copied where they exist; ``stops``:
+  {exit status: file}, the ways a run may end early that are results, not
+  failures (the transformer's NaN stop: exit 3, diverged.json). Any other
+  non-zero exit stops the target before its tables."""
+  stops = stops or {}
   seeds = seed_names(args, config)
   runs = {key: [(name + suffix, {**overrides, **seed})
                 for suffix, seed in seeds] for key, (name, overrides) in runs.items()}
   pending, active, failed = [r for rs in runs.values() for r in rs], [], []
   for name, overrides in list(pending):
-    if finished(workdir(args, name), config, args.preset, overrides):
-      print(f"finished: {name} (its record is complete; not run again)", flush=True)
+    state = finished(workdir(args, name), config, args.preset, overrides, stops.values())
+    if state:
+      print(f"{state}: {name} (its record is complete; not run again)", flush=True)
       pending.remove((name, overrides))
   while active or (pending and not failed):
     while pending and not failed and len(active) < args.jobs:
@@ -56,47 +64,68 @@ def run_all(args, config: str, runs: dict, keep=()) -> dict:
     for job in done:
       active.remove(job)
       name, log, proc = job
+      rc = proc.returncode
+      what = ("finished" if rc == 0 else Path(stops[rc]).stem if rc in stops else "failed")
       if log:
         log.close()
-        print(f"{'failed' if proc.returncode else 'finished'}: {name} (log: {log.name})",
-              flush=True)
-      if proc.returncode:
+      if log or rc in stops:
+        print(f"{what}: {name}" + (f" (log: {log.name})" if log else ""), flush=True)
+      if what == "failed":
         failed.append(name)
   if failed:
     failed = [name for rs in runs.values() for name, _ in rs if name in failed]  # target's order
     sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
   records = {}
   for key, rs in runs.items():
-    per_seed = [collect(args, name, keep) for name, _ in rs]
+    per_seed = [collect(args, name, keep, (*optional, *stops.values())) for name, _ in rs]
     records[key] = {**per_seed[0], "seeds": per_seed}
   return records
 
 
-def finished(wd: Path, config: str, preset: str, overrides: dict) -> bool:
-  """Whether ``wd`` holds a whole run of ``config:preset`` with ``overrides``:
-  a config.json of that very config (the data path aside) and metrics up to
-  its last epoch. Such a record needs no checkpoint: the config.json and
+def _as_json(c) -> dict:
+  return json.loads(json.dumps(c.to_dict()))  # tuples as JSON lists
+
+
+def finished(wd: Path, config: str, preset: str, overrides: dict, stops=()) -> str | None:
+  """'finished' when ``wd`` holds a whole run of ``config:preset`` with
+  ``overrides``: a config.json of that very config (the data path aside) and
+  metrics up to its last update (``num_steps``) or epoch (``num_epochs``);
+  the name of a ``stops`` file (e.g. 'diverged') when the run ended early in
+  that way; else None. Such a record needs no checkpoint: the config.json and
   metrics.jsonl that results/ keeps, copied back into a runs folder on another
   machine, count as done, as do records made before a config field was added."""
   try:
     recorded = json.loads((wd / "config.json").read_text())["config"]
-    last = json.loads((wd / "metrics.jsonl").read_text().splitlines()[-1])
-  except (OSError, ValueError, KeyError, IndexError, TypeError):
-    return False
-  want = config_module(config).get_config(preset)
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  preset_config = config_module(config).get_config(preset)
+  want = _as_json(preset_config)
   for k, v in overrides.items():
     want[k] = v
-  want = json.loads(json.dumps(want.to_dict()))  # tuples as JSON lists
-  if "num_epochs" not in want or not isinstance(recorded, dict):
-    return False
+  want = json.loads(json.dumps(want))
+  if not isinstance(recorded, dict):
+    return None
   # Where the data lives is not what the run is (the loaders check what they read).
   # A field added to the config after the run was made is not in its record:
   # a new field's preset value keeps the old behaviour (the house's rule for
   # new fields), so it counts as that value unless an override sets it.
-  defaults = json.loads(json.dumps(config_module(config).get_config(preset).to_dict()))
+  defaults = _as_json(preset_config)
   recorded = {**{k: v for k, v in defaults.items() if k not in overrides}, **recorded}
   strip = lambda c: {k: v for k, v in c.items() if k not in ("data_dir", "questions_dir")}
-  return strip(recorded) == strip(want) and last.get("epoch") == want["num_epochs"]
+  if strip(recorded) != strip(want):
+    return None
+  for stop in stops:
+    if (wd / stop).exists():
+      return Path(stop).stem
+  try:
+    last = json.loads((wd / "metrics.jsonl").read_text().splitlines()[-1])
+  except (OSError, ValueError, IndexError):
+    return None
+  if want.get("num_steps", 0) > 0:
+    return "finished" if last.get("step") == want["num_steps"] else None
+  if "num_epochs" in want and last.get("epoch") == want["num_epochs"]:
+    return "finished"
+  return None
 
 
 def config_module(config: str):
@@ -134,13 +163,25 @@ def workdir(args, name: str) -> Path:
   return (REPO / args.runs_dir / args.target / args.preset / name).resolve()
 
 
-def collect(args, name: str, keep) -> dict:
+def collect(args, name: str, keep=(), optional=()) -> dict:
+  """Copies the run's record (config.json, metrics.jsonl, ``keep``, and each
+  of ``optional`` that it wrote) into the results folder and reads it:
+  config.json with ``metrics`` (none for a run stopped before its first
+  evaluation) and ``name``."""
   wd = workdir(args, name)
   dest = out_dir(args) / name
   dest.mkdir(parents=True, exist_ok=True)
-  for f in ("config.json", "metrics.jsonl", *keep):
+  for f in ("config.json", *keep):
     shutil.copy2(wd / f, dest / f)
-  return figures.read_run(wd)
+  for f in ("metrics.jsonl", *optional):
+    if (wd / f).exists():
+      shutil.copy2(wd / f, dest / f)
+    else:
+      (dest / f).unlink(missing_ok=True)  # a stale copy from an earlier collection
+  record = json.loads((wd / "config.json").read_text())
+  record["metrics"] = figures.read_metrics(wd) if (wd / "metrics.jsonl").exists() else []
+  record["name"] = name
+  return record
 
 
 def out_dir(args) -> Path:

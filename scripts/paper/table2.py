@@ -207,7 +207,7 @@ def table2(args) -> None:
          "update in the last column. \"No training\": the seed's initial parameters (random "
          "embeddings).\n\n")
   md += table(ms, inits)
-  md += f"\n![Figure 1](fig1.png)\n"
+  md += "\n![Figure 1](fig1.png)\n"
   md += claims(ms)
   md += matched(ms)
   md += ("\n| run | s / update (median evaluation interval) | train loss, last interval |\n"

@@ -35,10 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -108,103 +105,19 @@ def grid() -> list[Setting]:
 
 # -- Running the grid -----------------------------------------------------------
 
-def _want(config: str, preset: str, overrides: dict) -> dict:
-  c = R.config_module(config).get_config(preset)
-  for k, v in overrides.items():
-    c[k] = v
-  return json.loads(json.dumps(c.to_dict()))
-
-
-def done(wd: Path, config: str, preset: str, overrides: dict) -> str | None:
-  """'finished' (metrics up to num_steps) or 'diverged' (diverged.json) when
-  ``wd`` holds a whole record of ``config:preset`` with ``overrides`` (the data
-  path aside, fields added since counting as the preset's); else None."""
-  try:
-    recorded = json.loads((wd / "config.json").read_text())["config"]
-  except (OSError, ValueError, KeyError, TypeError):
-    return None
-  want = _want(config, preset, overrides)
-  defaults = json.loads(json.dumps(R.config_module(config).get_config(preset).to_dict()))
-  recorded = {**{k: v for k, v in defaults.items() if k not in overrides}, **recorded}
-  strip = lambda c: {k: v for k, v in c.items() if k != "data_dir"}
-  if strip(recorded) != strip(want):
-    return None
-  if (wd / DIVERGED).exists():
-    return "diverged"
-  try:
-    last = json.loads((wd / "metrics.jsonl").read_text().splitlines()[-1])
-  except (OSError, ValueError, IndexError):
-    return None
-  return "finished" if last.get("step") == want["num_steps"] else None
-
-
 def run_grid(args, runs: dict) -> dict:
-  """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}) with
-  ``--seeds`` seeds, ``--jobs`` at a time, as runs.run_all does, except that a
-  run ending in a divergence (exit status 3) is a result; returns
-  {key: {"seeds": [record, ...]}}, the first seed's record merged in."""
-  seeds = R.seed_names(args, CONFIG)
-  runs = {key: [(name + suffix, {**ov, **seed}) for suffix, seed in seeds]
-          for key, (name, ov) in runs.items()}
-  pending, active, failed = [r for rs in runs.values() for r in rs], [], []
-  for name, ov in list(pending):
-    state = done(R.workdir(args, name), CONFIG, args.preset, ov)
-    if state:
-      print(f"{state}: {name} (its record is complete; not run again)", flush=True)
-      pending.remove((name, ov))
-  while active or (pending and not failed):
-    while pending and not failed and len(active) < args.jobs:
-      name, ov = pending.pop(0)
-      wd = R.workdir(args, name)
-      cmd = [sys.executable, "-m", "experiments.main", f"--config={CONFIG}:{args.preset}",
-             f"--workdir={wd}", *(f"--config.{k}={v}" for k, v in ov.items())]
-      print("+", " ".join(cmd[1:]), flush=True)
-      log = None
-      if args.jobs > 1:
-        wd.parent.mkdir(parents=True, exist_ok=True)
-        log = open(wd.parent / f"{name}.log", "ab")  # pylint: disable=consider-using-with
-      active.append((name, log, subprocess.Popen(cmd, cwd=R.REPO, stdout=log,
-                                                 stderr=subprocess.STDOUT if log else None)))
-    finished_jobs = [j for j in active if j[2].poll() is not None]
-    if not finished_jobs:
-      time.sleep(0.5)
-    for job in finished_jobs:
-      active.remove(job)
-      name, log, proc = job
-      rc = proc.returncode
-      what = "finished" if rc == 0 else "diverged" if rc == NONFINITE_EXIT else "failed"
-      if log:
-        log.close()
-      print(f"{what}: {name}" + (f" (log: {log.name})" if log else ""), flush=True)
-      if what == "failed":
-        failed.append(name)
-  if failed:
-    failed = [n for rs in runs.values() for n, _ in rs if n in failed]
-    sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
-  out = {}
-  for key, rs in runs.items():
-    per_seed = [collect(args, name) for name, _ in rs]
-    out[key] = {**per_seed[0], "seeds": per_seed}
-  return out
-
-
-def collect(args, name: str) -> dict:
-  """Copies the run's record into the results folder and reads it: config.json
-  with ``metrics`` (none if it diverged before its first evaluation),
-  ``grad_norms`` and ``diverged`` (None where absent)."""
-  wd, dest = R.workdir(args, name), R.out_dir(args) / name
-  dest.mkdir(parents=True, exist_ok=True)
-  for f in ("config.json", "metrics.jsonl", GRAD_NORMS, DIVERGED):
-    if (wd / f).exists():
-      shutil.copy2(wd / f, dest / f)
-    else:
-      (dest / f).unlink(missing_ok=True)  # a stale copy from an earlier collection
-  record = json.loads((wd / "config.json").read_text())
-  record["metrics"] = figures.read_metrics(wd) if (wd / "metrics.jsonl").exists() else []
-  for key, f in (("grad_norms", GRAD_NORMS), ("diverged", DIVERGED)):
-    record[key] = json.loads((wd / f).read_text()) if (wd / f).exists() else None
-  record["name"] = name
-  return record
+  """runs.run_all over ``runs``, a divergence (exit status 3, diverged.json)
+  counting as a result; each seed's record also holds ``grad_norms`` and
+  ``diverged`` (their JSON, None where the run wrote none)."""
+  records = R.run_all(args, CONFIG, runs, optional=(GRAD_NORMS,),
+                      stops={NONFINITE_EXIT: DIVERGED})
+  for r in records.values():
+    for x in R.seeds(r):
+      for key, f in (("grad_norms", GRAD_NORMS), ("diverged", DIVERGED)):
+        path = R.out_dir(args) / x["name"] / f
+        x[key] = json.loads(path.read_text()) if path.exists() else None
+    r.update({k: r["seeds"][0][k] for k in ("grad_norms", "diverged")})
+  return records
 
 
 # -- Reading the records --------------------------------------------------------

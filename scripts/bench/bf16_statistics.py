@@ -1,6 +1,6 @@
 r"""What layer norm and RMS norm would lose with their statistics in bfloat16.
 
-  python -m scripts.measure_bf16_statistics [--widths 256,1024,4096] [--ratios 0,10,100,1000]
+  python -m scripts.bench.bf16_statistics [--widths 256,1024,4096] [--ratios 0,10,100,1000]
 
 Rows of ``--rows`` values drawn from N(ratio, 1) (mean/spread = ratio) are
 rounded to bfloat16; the reference is the float64 norm of those rounded
