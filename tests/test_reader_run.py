@@ -25,9 +25,9 @@ def tiny_config(tmp_path):
   news = cloze.read_abc(_zip(tmp_path / "abc.zip", _articles(12)))
   qs, _ = cloze.build(news, [], seed=3, fractions=(0.2, 0.2))
   assert len(qs["training"]) >= NUM_TRAIN and qs["validation"] and qs["test"]
-  cloze.write_splits(tmp_path / "data" / "cnn_standin", qs)
+  cloze.write_splits(tmp_path / "data" / "cnn_standin_4", qs)
   c = cfg.get_config("smoke")
-  c.data_dir = str(tmp_path / "data")  # the preset's questions_dir, cnn_standin, in it
+  c.data_dir = str(tmp_path / "data")  # the preset's questions_dir, cnn_standin_4, in it
   c.features, c.embed, c.attention = 8, 8, 8
   c.num_train, c.num_eval, c.batch_size, c.eval_batch_size = NUM_TRAIN, 5, BATCH, 4
   c.max_passage_tokens = 0  # keeps every question: NUM_TRAIN of them

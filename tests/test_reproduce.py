@@ -209,7 +209,7 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
   q = cq.Question(url="u", passage=("@entity0", "met", "@entity1", "and", "@entity1", "."),
                   query=("@entity1", "saw", "@placeholder"), answer="@entity0",
                   entities=(("@entity0", "A"), ("@entity1", "B")))
-  for standin in ("cnn_standin", "cnn_standin_4"):  # the smoke and cpu presets'
+  for standin in ("cnn_standin", "cnn_standin_4"):  # the paper preset's; the smoke and cpu presets'
     for split in cq.SPLITS:
       d = tmp_path / standin / "cnn/questions" / split
       d.mkdir(parents=True)
