@@ -26,12 +26,17 @@ with a batched gain or bias, and the derivatives of the two linear maps)
 lowers to the XLA versions below, written with the shifted statistics described in
 ``normalization.py``. Both versions compute the same function to float
 rounding; tests hold each to a float64 reference.
+
+The machinery is not specific to layer norm: ``primitives(name, norm, ...)``
+builds the three primitives, with these rules, for any ``Norm`` (how x_hat
+comes from x, and whether it is centred). ``fused_rms_norm`` is the other.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from typing import Any, Callable, NamedTuple
 
 import jax
 from jax import lax
@@ -145,42 +150,66 @@ def _mean(v: Array, axes: Axes) -> Array:
   return jnp.mean(v, axes, keepdims=True)
 
 
-def _forward_xla(x, gain, bias, *, axes, eps):
-  x_hat, _ = _x_hat(x, _moments(x, axes, eps))
+class Norm(NamedTuple):
+  """How a norm gets x_hat from x; the XLA versions below serve any norm.
+
+  ``stats(x, axes, eps)``: per-group statistics (keepdims, stat dtype);
+  ``x_hat(x, stats) -> (x_hat, r)`` with r = d x_hat / d x at fixed
+  statistics (1 / std, 1 / rms); ``centred``: whether x_hat subtracts the
+  mean, which puts ``- mean(t)`` into the tangent map of x_hat (without it,
+  ``d x_hat = r * (t - x_hat * mean(x_hat * t))``).
+  """
+  stats: Callable[[Array, Axes, float], Any]
+  x_hat: Callable[[Array, Any], tuple[Array, Array]]
+  centred: bool
+
+
+LAYER = Norm(_moments, _x_hat, centred=True)
+
+
+def _d_x_hat(x_hat, r, t, axes, centred):
+  """The tangent map of x_hat at x, applied to t: a symmetric linear map of
+  t, so also its transpose (the backward applies it to g = gain * dy)."""
+  c = t - _mean(t, axes) if centred else t
+  return r * (c - x_hat * _mean(x_hat * t, axes))
+
+
+def _forward_xla(x, gain, bias, *, axes, eps, norm):
+  x_hat, _ = norm.x_hat(x, norm.stats(x, axes, eps))
   p = lambda v: broadcast_param(v, x.shape, axes)
   return (x_hat * p(gain) + p(bias)).astype(x.dtype)
 
 
-def _tangent_xla(x, gain, tx, tgain, tbias, *, axes, eps):
-  x_hat, rstd = _x_hat(x, _moments(x, axes, eps))
-  t = tx.astype(x_hat.dtype)
-  dx_hat = rstd * (t - _mean(t, axes) - x_hat * _mean(x_hat * t, axes))
+def _tangent_xla(x, gain, tx, tgain, tbias, *, axes, eps, norm):
+  x_hat, r = norm.x_hat(x, norm.stats(x, axes, eps))
+  dx_hat = _d_x_hat(x_hat, r, tx.astype(x_hat.dtype), axes, norm.centred)
   p = lambda v: broadcast_param(v, x.shape, axes)
   return (p(gain) * dx_hat + p(tgain) * x_hat + p(tbias)).astype(x.dtype)
 
 
-def _backward_xla(x, gain, dy, *, axes, eps):
+def _backward_xla(x, gain, dy, *, axes, eps, norm):
   # The statistics are those of the forward pass (XLA merges the two). The
   # barrier keeps XLA from merging x_hat too: merged, XLA:CPU writes x_hat
   # (and rstd broadcast to full size) to memory for the backward kernels to
   # read back; apart, they recompute it from x and three per-row scalars.
   # 4096x1024 float32 forward+backward on CPU: 2-2.6x faster (BENCHMARKS_LOG.md,
   # layer_norm, note 2).
-  x, stats = lax.optimization_barrier((x, _moments(x, axes, eps)))
-  x_hat, rstd = _x_hat(x, stats)
+  x, stats = lax.optimization_barrier((x, norm.stats(x, axes, eps)))
+  x_hat, r = norm.x_hat(x, stats)
   dy = dy.astype(x_hat.dtype)
   rows = tuple(i for i in range(x.ndim) if i not in axes)
   g = dy * broadcast_param(gain, x.shape, axes)
-  dx = rstd * (g - _mean(g, axes) - x_hat * _mean(x_hat * g, axes))
+  dx = _d_x_hat(x_hat, r, g, axes, norm.centred)
   dgain = jnp.sum(dy * x_hat, rows).astype(gain.dtype)
   dbias = jnp.sum(dy, rows).astype(gain.dtype)
   return dx.astype(x.dtype), dgain, dbias
 
 
 def _native_ok(avals, axes: Axes) -> bool:
-  """Whether the fused CPU kernels take these inputs: all float32 (a float64
-  gain beside a float32 x, as with x64 on, takes the XLA version, which
-  computes in the promoted dtype), normalized over trailing axes."""
+  """Whether the fused CPU kernels (of every ``Norm``) take these inputs: all
+  float32 (a float64 gain beside a float32 x, as with x64 on, takes the XLA
+  version, which computes in the promoted dtype), normalized over trailing
+  axes."""
   x_aval = avals[0]
   trailing = axes == tuple(range(x_aval.ndim - len(axes), x_aval.ndim))
   return (all(a.dtype == np.float32 for a in avals) and trailing and x_aval.size > 0
@@ -237,66 +266,86 @@ def _primitive(name: str, xla_fn, native_target: str | None,
   return p
 
 
-forward_p = _primitive("lnorm_layer_norm", _forward_xla, "lnorm_layer_norm_fwd",
-                       multiple_results=False)
-tangent_p = _primitive("lnorm_layer_norm_tangent", _tangent_xla, None,
-                       multiple_results=False)
-backward_p = _primitive("lnorm_layer_norm_backward", _backward_xla,
-                        "lnorm_layer_norm_bwd", multiple_results=True)
-
-
 def _aval(x):
   return jax.core.ShapedArray(x.shape, x.dtype)
 
 
-forward_p.def_abstract_eval(lambda x, gain, bias, **_: _aval(x))
-tangent_p.def_abstract_eval(lambda x, gain, tx, tgain, tbias, **_: _aval(x))
-backward_p.def_abstract_eval(
-    lambda x, gain, dy, **_: (_aval(x), _aval(gain), _aval(gain)))
+class Primitives(NamedTuple):
+  forward: Primitive
+  tangent: Primitive
+  backward: Primitive
 
 
-def _forward_jvp(primals, tangents, **params):
-  x, gain, bias = primals
-  tangents = [ad.instantiate_zeros(t) for t in tangents]
-  y = forward_p.bind(x, gain, bias, **params)
-  return y, tangent_p.bind(x, gain, *tangents, **params)
+def primitives(name: str, norm: Norm, native_fwd: str, native_bwd: str
+               ) -> Primitives:
+  """The three primitives of ``norm`` (see the module docstring), named
+  ``name``, ``name_tangent`` and ``name_backward``; the forward and backward
+  lower on CPU to the custom-call targets ``native_fwd`` and ``native_bwd``
+  (kernels of the signature of ``lnorm_layer_norm_fwd`` and ``_bwd``)."""
+  xla = lambda fn: functools.partial(fn, norm=norm)
+  forward_xla = xla(_forward_xla)
+  forward_p = _primitive(name, forward_xla, native_fwd, multiple_results=False)
+  tangent_p = _primitive(f"{name}_tangent", xla(_tangent_xla), None,
+                         multiple_results=False)
+  backward_p = _primitive(f"{name}_backward", xla(_backward_xla), native_bwd,
+                          multiple_results=True)
+
+  forward_p.def_abstract_eval(lambda x, gain, bias, **_: _aval(x))
+  tangent_p.def_abstract_eval(lambda x, gain, tx, tgain, tbias, **_: _aval(x))
+  backward_p.def_abstract_eval(
+      lambda x, gain, dy, **_: (_aval(x), _aval(gain), _aval(gain)))
+
+  def forward_jvp(primals, tangents, **params):
+    x, gain, bias = primals
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    y = forward_p.bind(x, gain, bias, **params)
+    return y, tangent_p.bind(x, gain, *tangents, **params)
+
+  def forward_batched(args, dims, **params):
+    x, gain, bias = args
+    dx, dgain, dbias = dims
+    if dgain is None and dbias is None:  # unbatched
+      # A batch of x alone is more rows: the primitive itself, fused kernel
+      # included.
+      axes = tuple(a + 1 for a in params["axes"])
+      return forward_p.bind(jnp.moveaxis(x, dx, 0), gain, bias,
+                            **{**params, "axes": axes}), 0
+    return jax.vmap(_xla(forward_xla, params), in_axes=dims)(*args), 0
+
+  def tangent_transpose(dy, x, gain, tx, tgain, tbias, **params):
+    assert not ad.is_undefined_primal(x) and not ad.is_undefined_primal(gain)
+    if type(dy) is ad.Zero:
+      return [None] * 5
+    cts = backward_p.bind(x, gain, dy, **params)
+    return [None, None] + [ct if ad.is_undefined_primal(t) else None
+                           for ct, t in zip(cts, (tx, tgain, tbias))]
+
+  def backward_transpose(cts, x, gain, dy, **params):
+    assert not ad.is_undefined_primal(x) and not ad.is_undefined_primal(gain)
+    if all(type(ct) is ad.Zero for ct in cts):
+      return [None] * 3
+    avals = (_aval(x), _aval(gain), _aval(gain))
+    cts = [jnp.zeros(a.shape, a.dtype) if type(ct) is ad.Zero else ct
+           for ct, a in zip(cts, avals)]
+    return [None, None, tangent_p.bind(x, gain, *cts, **params)]
+
+  ad.primitive_jvps[forward_p] = forward_jvp
+  batching.primitive_batchers[forward_p] = forward_batched
+  ad.primitive_transposes[tangent_p] = tangent_transpose
+  ad.primitive_transposes[backward_p] = backward_transpose
+  return Primitives(forward_p, tangent_p, backward_p)
 
 
-def _forward_batched(args, dims, **params):
-  x, gain, bias = args
-  dx, dgain, dbias = dims
-  if dgain is None and dbias is None:  # unbatched
-    # A batch of x alone is more rows: the primitive itself, fused kernel
-    # included.
-    axes = tuple(a + 1 for a in params["axes"])
-    return forward_p.bind(jnp.moveaxis(x, dx, 0), gain, bias,
-                          **{**params, "axes": axes}), 0
-  return jax.vmap(_xla(_forward_xla, params), in_axes=dims)(*args), 0
+def bind(prims: Primitives, x: Array, gain: Array, bias: Array, *, axes: Axes,
+         eps: float, native: bool) -> Array:
+  """``prims.forward`` applied, with its parameters in canonical form."""
+  return prims.forward.bind(x, gain, bias, axes=tuple(axes), eps=float(eps),
+                            native=bool(native))
 
 
-def _tangent_transpose(dy, x, gain, tx, tgain, tbias, **params):
-  assert not ad.is_undefined_primal(x) and not ad.is_undefined_primal(gain)
-  if type(dy) is ad.Zero:
-    return [None] * 5
-  cts = backward_p.bind(x, gain, dy, **params)
-  return [None, None] + [ct if ad.is_undefined_primal(t) else None
-                         for ct, t in zip(cts, (tx, tgain, tbias))]
-
-
-def _backward_transpose(cts, x, gain, dy, **params):
-  assert not ad.is_undefined_primal(x) and not ad.is_undefined_primal(gain)
-  if all(type(ct) is ad.Zero for ct in cts):
-    return [None] * 3
-  avals = (_aval(x), _aval(gain), _aval(gain))
-  cts = [jnp.zeros(a.shape, a.dtype) if type(ct) is ad.Zero else ct
-         for ct, a in zip(cts, avals)]
-  return [None, None, tangent_p.bind(x, gain, *cts, **params)]
-
-
-ad.primitive_jvps[forward_p] = _forward_jvp
-batching.primitive_batchers[forward_p] = _forward_batched
-ad.primitive_transposes[tangent_p] = _tangent_transpose
-ad.primitive_transposes[backward_p] = _backward_transpose
+LAYER_PRIMITIVES = primitives("lnorm_layer_norm", LAYER, "lnorm_layer_norm_fwd",
+                              "lnorm_layer_norm_bwd")
+forward_p, tangent_p, backward_p = LAYER_PRIMITIVES
 
 
 def normalize(x: Array, gain: Array, bias: Array, *, axes: Axes, eps: float,
@@ -305,5 +354,4 @@ def normalize(x: Array, gain: Array, bias: Array, *, axes: Axes, eps: float,
   casts the arguments): ``gain * x_hat + bias`` over ``axes`` (sorted); gain and bias have the
   shape ``x.shape[axes]`` and the stat dtype. Output in x's dtype.
   ``native=False`` keeps to the XLA version on CPU too (benchmarks)."""
-  return forward_p.bind(x, gain, bias, axes=tuple(axes), eps=float(eps),
-                        native=bool(native))
+  return bind(LAYER_PRIMITIVES, x, gain, bias, axes=axes, eps=eps, native=native)

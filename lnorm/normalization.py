@@ -42,6 +42,7 @@ from jax import lax
 import numpy as np
 
 from lnorm import fused_layer_norm
+from lnorm import fused_rms_norm
 
 Axes = int | Sequence[int]
 Array = jax.Array
@@ -138,6 +139,20 @@ def _affine(y: Array, gain: Array | None, bias: Array | None,
   return y
 
 
+def _norm_args(x, gain, bias, axis: Axes):
+  """(x, axes, gain, bias) for the fused norms: x an array, axes sorted,
+  gain and bias checked and cast to the stat dtype (ones and zeros if None)."""
+  x = jnp.asarray(x)
+  axes = _axes(axis, x.ndim)
+  fshape = tuple(x.shape[a] for a in axes)
+  dt = stat_dtype(x.dtype)
+  gain = (jnp.ones(fshape, dt) if gain is None
+          else _check_param(gain, x.shape, axes, "gain").astype(dt))
+  bias = (jnp.zeros(fshape, dt) if bias is None
+          else _check_param(bias, x.shape, axes, "bias").astype(dt))
+  return x, axes, gain, bias
+
+
 def layer_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
                *, axis: Axes = -1, eps: float = 1e-5) -> Array:
   r"""Layer normalization (Ba et al. 2016, eqs. 3-4 and 15-16).
@@ -151,14 +166,7 @@ def layer_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
   so the VJP) is analytic: ``d x_hat = (dx - mean(dx) - x_hat mean(x_hat dx))
   / sigma``.
   """
-  x = jnp.asarray(x)
-  axes = _axes(axis, x.ndim)
-  fshape = tuple(x.shape[a] for a in axes)
-  dt = stat_dtype(x.dtype)
-  gain = (jnp.ones(fshape, dt) if gain is None
-          else _check_param(gain, x.shape, axes, "gain").astype(dt))
-  bias = (jnp.zeros(fshape, dt) if bias is None
-          else _check_param(bias, x.shape, axes, "bias").astype(dt))
+  x, axes, gain, bias = _norm_args(x, gain, bias, axis)
   return fused_layer_norm.normalize(x, gain, bias, axes=axes, eps=eps)
 
 
@@ -169,14 +177,12 @@ def rms_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
       rms = sqrt(1/H sum_i a_i^2 + eps)        y = gain * a / rms + bias
 
   Beyond the paper. A sum of squares has no cancellation, so one pass is
-  accurate even when the mean dwarfs the spread.
+  accurate even when the mean dwarfs the spread. ``gain`` and ``bias`` have
+  the shape of the normalized axes; the derivatives are analytic
+  (``fused_rms_norm.py``): ``d x_hat = (dx - x_hat mean(x_hat dx)) / rms``.
   """
-  x = jnp.asarray(x)
-  axes = _axes(axis, x.ndim)
-  xf = x.astype(stat_dtype(x.dtype))
-  ms = jnp.mean(jnp.square(xf), axes, keepdims=True)
-  y = _affine(xf * lax.rsqrt(ms + eps), gain, bias, axes)
-  return y.astype(x.dtype)
+  x, axes, gain, bias = _norm_args(x, gain, bias, axis)
+  return fused_rms_norm.normalize(x, gain, bias, axes=axes, eps=eps)
 
 
 def batch_norm(x: Array, gain: Array | None = None, bias: Array | None = None,

@@ -1,13 +1,13 @@
 """lnorm's native CPU kernels: built with the host's C++ compiler on first use.
 
-``load()`` compiles the kernels (``layer_norm_cpu.cc``: ``layer_norm``;
-``lstm_cpu.cc``: the LSTM's time step) against the XLA FFI headers that
-jaxlib ships, caches the shared library, and registers its handlers as XLA:CPU
-custom-call targets. ``LNORM_NATIVE`` chooses what happens:
+``load()`` compiles the kernels (``layer_norm_cpu.cc``: ``layer_norm`` and
+``rms_norm``; ``lstm_cpu.cc``: the LSTM's time step) against the XLA FFI
+headers that jaxlib ships, caches the shared library, and registers its
+handlers as XLA:CPU custom-call targets. ``LNORM_NATIVE`` chooses what happens:
 
 * ``auto`` (default): build and use the kernels; if that fails (no compiler,
-  say), warn once and let ``layer_norm`` take its XLA path on CPU;
-* ``off``: never build them; ``layer_norm`` takes its XLA path;
+  say), warn once and let the norms take their XLA paths on CPU;
+* ``off``: never build them; the norms take their XLA paths;
 * ``require``: as ``auto``, but a failed build is an error (CI sets this).
 
 The library is cached in ``$LNORM_CACHE_DIR`` (default
@@ -41,6 +41,8 @@ HEADERS = (HERE / "vec.h",)
 # XLA custom-call target -> exported handler symbol.
 TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
            "lnorm_layer_norm_bwd": "LnormLayerNormBwd",
+           "lnorm_rms_norm_fwd": "LnormRmsNormFwd",
+           "lnorm_rms_norm_bwd": "LnormRmsNormBwd",
            "lnorm_lstm_fwd": "LnormLstmFwd",
            "lnorm_lstm_bwd": "LnormLstmBwd",
            "lnorm_uninitialized": "LnormUninitialized"}
@@ -131,6 +133,7 @@ def load() -> bool:
       raise RuntimeError(f"lnorm: LNORM_NATIVE=require, but the native CPU "
                          f"kernels could not be built: {e}") from e
     warnings.warn(f"lnorm: native CPU kernels unavailable ({e}); layer_norm "
-                  "runs its XLA version on CPU", RuntimeWarning, stacklevel=2)
+                  "and rms_norm run their XLA versions on CPU", RuntimeWarning,
+                  stacklevel=2)
     return False
   return True

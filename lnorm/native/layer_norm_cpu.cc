@@ -1,10 +1,11 @@
-// Fused layer norm for XLA:CPU, called through the XLA FFI.
+// Fused layer norm and RMS norm for XLA:CPU, called through the XLA FFI.
 //
-// x is a stack of rows of n = gain.size() features, float32. Per row:
+// x is a stack of rows of n = gain.size() features, float32. Layer norm, per
+// row:
 //   shift  = a value near the row mean (below)
 //   d      = x - shift                       (exact when x is near shift)
 //   mean_d = mean(d), var = mean(d^2) - mean_d^2,  rstd = 1 / sqrt(var + eps)
-//   y      = ((x - shift) - mean_d) * rstd * gain + bias
+//   x_hat  = ((x - shift) - mean_d) * rstd,  y = x_hat * gain + bias
 // x - mean is never formed with a rounded mean, so rows far from zero
 // (1e4 + N(0, 0.1)) keep float32 accuracy. The shift starts as the row's
 // first element, so the statistics take one pass over the row. The
@@ -13,10 +14,18 @@
 // rows), the pass is repeated with shift + mean_d, a value within rounding
 // of the mean.
 //
-// The backward pass recomputes the statistics from x (the same code, so the
-// same numbers) and, with g = dy * gain, a = mean(g), b = mean(g * x_hat):
-//   dx    = rstd * (g - a - x_hat * b)
+// RMS norm, per row: rrms = 1 / sqrt(mean(x^2) + eps), x_hat = x * rrms,
+// y = x_hat * gain + bias. A sum of squares does not cancel: one pass, no
+// shift.
+//
+// The backward passes recompute the statistics from x (the same code, so the
+// same numbers) and, with g = dy * gain, a = mean(g), b = mean(g * x_hat),
+// r = rstd or rrms:
+//   dx    = r * (g - a - x_hat * b)        (layer norm)
+//   dx    = r * (g - x_hat * b)            (RMS norm: x_hat is not centred)
 //   dgain = sum over rows of dy * x_hat,  dbias = sum over rows of dy.
+// Both norms run the same row loops (Forward, Backward), templated on how a
+// row's x_hat comes from x (LayerNormRow, RmsNormRow).
 //
 // Loops run over one row at a time, 8 floats per step (vec.h). A row is
 // read from memory once; the other passes over it hit the cache. Row sums
@@ -159,14 +168,63 @@ RowStats Stats(const float* x, int64_t n, float eps) {
           static_cast<float>(1.0 / std::sqrt(var + eps))};
 }
 
+// 1 / sqrt(mean(x^2) + eps), with the sums of Stats.
+float RmsScale(const float* x, int64_t n, float eps) {
+  constexpr int64_t kBlock = 32 * kLaneTerms;
+  d4 q_lo{}, q_hi{};
+  int64_t i = 0;
+  while (i + 8 <= n) {
+    const int64_t stop = std::min(n, i + kBlock);
+    f8 q0{}, q1{}, q2{}, q3{};
+    for (; i + 32 <= stop; i += 32) {
+      const f8 x0 = Load(x + i), x1 = Load(x + i + 8);
+      const f8 x2 = Load(x + i + 16), x3 = Load(x + i + 24);
+      q0 += x0 * x0;
+      q1 += x1 * x1;
+      q2 += x2 * x2;
+      q3 += x3 * x3;
+    }
+    for (; i + 8 <= stop; i += 8) {
+      const f8 x0 = Load(x + i);
+      q0 += x0 * x0;
+    }
+    AddWide((q0 + q1) + (q2 + q3), q_lo, q_hi);
+  }
+  double s = SumWide(q_lo, q_hi);
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(1.0 / std::sqrt(s / n + eps));
+}
+
+// A row's x_hat: built from the row (its statistics), then applied to each
+// element; scale is d x_hat / d x at fixed statistics. kCentred: x_hat
+// subtracts the mean, so the backward subtracts mean(g).
+struct LayerNormRow {
+  static constexpr bool kCentred = true;
+  RowStats st;
+  LayerNormRow(const float* x, int64_t n, float eps) : st(Stats(x, n, eps)) {}
+  float scale() const { return st.rstd; }
+  f8 XHat(f8 x) const { return ((x - st.shift) - st.mean_d) * st.rstd; }
+  float XHat(float x) const { return ((x - st.shift) - st.mean_d) * st.rstd; }
+};
+
+struct RmsNormRow {
+  static constexpr bool kCentred = false;
+  float rrms;
+  RmsNormRow(const float* x, int64_t n, float eps) : rrms(RmsScale(x, n, eps)) {}
+  float scale() const { return rrms; }
+  f8 XHat(f8 x) const { return x * rrms; }
+  float XHat(float x) const { return x * rrms; }
+};
+
 ffi::Error CheckShapes(const ffi::Buffer<ffi::F32>& x, int64_t n) {
   if (n <= 0 || x.element_count() % n != 0) {
     return ffi::Error::InvalidArgument(
-        "lnorm layer_norm: x is not a stack of rows of gain.size()");
+        "lnorm norm kernel: x is not a stack of rows of gain.size()");
   }
   return ffi::Error::Success();
 }
 
+template <typename Row>
 ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                    ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> bias,
                    float eps, ffi::ResultBuffer<ffi::F32> y) {
@@ -183,15 +241,12 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     for (int64_t r = c * per; r < std::min(rows, (c + 1) * per); ++r) {
       const float* xr = xp + r * n;
       float* yr = yp + r * n;
-      const RowStats st = Stats(xr, n, eps);
+      const Row row(xr, n, eps);
       int64_t i = 0;
       for (; i + 8 <= n; i += 8) {
-        const f8 xh = ((Load(xr + i) - st.shift) - st.mean_d) * st.rstd;
-        Store(yr + i, xh * Load(g + i) + Load(b + i));
+        Store(yr + i, row.XHat(Load(xr + i)) * Load(g + i) + Load(b + i));
       }
-      for (; i < n; ++i) {
-        yr[i] = ((xr[i] - st.shift) - st.mean_d) * st.rstd * g[i] + b[i];
-      }
+      for (; i < n; ++i) yr[i] = row.XHat(xr[i]) * g[i] + b[i];
     }
   });
   return ffi::Error::Success();
@@ -201,6 +256,7 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 // double accumulators, so their error does not grow with the batch.
 constexpr int64_t kFlushRows = 64;
 
+template <typename Row>
 ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
                     ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> dy,
                     float eps, ffi::ResultBuffer<ffi::F32> dx,
@@ -231,8 +287,9 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
       const float* xr = xp + r * n;
       const float* dyr = dyp + r * n;
       float* dxr = dxp + r * n;
-      const RowStats st = Stats(xr, n, eps);
-      // a and b: 8 float lanes each, moved into double every kLaneTerms steps.
+      const Row row(xr, n, eps);
+      // a (layer norm only) and b: 8 float lanes each, moved into double every
+      // kLaneTerms steps.
       d4 sa_lo{}, sa_hi{}, sb_lo{}, sb_hi{};
       int64_t i = 0;
       while (i + 8 <= n) {
@@ -240,35 +297,37 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
         f8 sa{}, sb{};
         for (; i + 8 <= stop; i += 8) {
           const f8 dyv = Load(dyr + i);
-          const f8 h = ((Load(xr + i) - st.shift) - st.mean_d) * st.rstd;
+          const f8 h = row.XHat(Load(xr + i));
           const f8 gv = dyv * Load(g + i);
           Store(xh + i, h);
           Store(gd + i, gv);
-          sa += gv;
+          if constexpr (Row::kCentred) sa += gv;
           sb += gv * h;
           Store(col_g + i, Load(col_g + i) + dyv * h);
           Store(col_b + i, Load(col_b + i) + dyv);
         }
-        AddWide(sa, sa_lo, sa_hi);
+        if constexpr (Row::kCentred) AddWide(sa, sa_lo, sa_hi);
         AddWide(sb, sb_lo, sb_hi);
       }
       double sa_d = SumWide(sa_lo, sa_hi), sb_d = SumWide(sb_lo, sb_hi);
       for (; i < n; ++i) {
-        const float h = ((xr[i] - st.shift) - st.mean_d) * st.rstd;
+        const float h = row.XHat(xr[i]);
         const float gv = dyr[i] * g[i];
         xh[i] = h;
         gd[i] = gv;
-        sa_d += gv;
+        if constexpr (Row::kCentred) sa_d += gv;
         sb_d += static_cast<double>(gv) * h;
         col_g[i] += dyr[i] * h;
         col_b[i] += dyr[i];
       }
-      const float a = static_cast<float>(sa_d / n);
+      // Without centring a = 0, and (g - 0) - x_hat * b is g - x_hat * b.
+      const float a = Row::kCentred ? static_cast<float>(sa_d / n) : 0.0f;
       const float bb = static_cast<float>(sb_d / n);
+      const float rs = row.scale();
       for (i = 0; i + 8 <= n; i += 8) {
-        Store(dxr + i, st.rstd * ((Load(gd + i) - a) - Load(xh + i) * bb));
+        Store(dxr + i, rs * ((Load(gd + i) - a) - Load(xh + i) * bb));
       }
-      for (; i < n; ++i) dxr[i] = st.rstd * ((gd[i] - a) - xh[i] * bb);
+      for (; i < n; ++i) dxr[i] = rs * ((gd[i] - a) - xh[i] * bb);
       if ((r - r0) % kFlushRows == kFlushRows - 1 || r == r1 - 1) {
         for (int64_t j = 0; j < n; ++j) {
           acc_g[j] += col_g[j];
@@ -292,24 +351,33 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   return ffi::Error::Success();
 }
 
+// Both norms' kernels take the same arguments: forward (x, gain, bias; eps)
+// -> y, backward (x, gain, dy; eps) -> (dx, dgain, dbias).
+auto Arguments() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::F32>>()  // x
+      .Arg<ffi::Buffer<ffi::F32>>()  // gain
+      .Arg<ffi::Buffer<ffi::F32>>()  // bias (forward), dy (backward)
+      .Attr<float>("eps");
+}
+
+auto ForwardBinding() { return Arguments().Ret<ffi::Buffer<ffi::F32>>(); }
+
+auto BackwardBinding() {
+  return Arguments()
+      .Ret<ffi::Buffer<ffi::F32>>()   // dx
+      .Ret<ffi::Buffer<ffi::F32>>()   // dgain
+      .Ret<ffi::Buffer<ffi::F32>>();  // dbias
+}
+
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLayerNormFwd, Forward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // x
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // gain
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // bias
-                                  .Attr<float>("eps")
-                                  .Ret<ffi::Buffer<ffi::F32>>());  // y
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLayerNormBwd, Backward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // x
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // gain
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // dy
-                                  .Attr<float>("eps")
-                                  .Ret<ffi::Buffer<ffi::F32>>()   // dx
-                                  .Ret<ffi::Buffer<ffi::F32>>()   // dgain
-                                  .Ret<ffi::Buffer<ffi::F32>>());  // dbias
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLayerNormFwd, Forward<LayerNormRow>,
+                              ForwardBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLayerNormBwd, Backward<LayerNormRow>,
+                              BackwardBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormRmsNormFwd, Forward<RmsNormRow>,
+                              ForwardBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormRmsNormBwd, Backward<RmsNormRow>,
+                              BackwardBinding());

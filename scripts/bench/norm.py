@@ -57,6 +57,14 @@ flags and times its two kernels, called as ours calls them, as candidate
 ``base``, with the column ``ours/base``: a kernel change measured before and
 after in one process, e.g. with FILE from ``git show
 REV:lnorm/native/layer_norm_cpu.cc``.
+
+``--norm rms`` times RMS norm instead, with a gain and no bias (as flax's
+RMSNorm and torch's rms_norm have it): ``ours``
+(``lnorm.normalization.rms_norm``, the native kernels on CPU), ``xla`` (its
+primitives held to their XLA versions), ``before`` (the plain XLA rms_norm,
+differentiated by autodiff, that the primitives replaced), ``ln`` (ours
+``layer_norm`` with the same gain), flax, torch and the floor, with the
+ratios ours/each.
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import flax.linen as nn
@@ -85,6 +94,7 @@ if __package__ in (None, ""):  # Run as a file: `python scripts/bench/norm.py`.
   sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from lnorm import fused_layer_norm  # pylint: disable=wrong-import-position
+from lnorm import fused_rms_norm  # pylint: disable=wrong-import-position
 from lnorm import native  # pylint: disable=wrong-import-position
 from lnorm.normalization import layer_norm, rms_norm  # pylint: disable=wrong-import-position
 from scripts.bench.timing import interleaved_samples, print_environment  # pylint: disable=wrong-import-position
@@ -221,14 +231,32 @@ def torch_candidates(x, g, b, dy):
   return {("torch", "fwd"): fwd, ("torch", "fwd+bwd"): fwd_bwd}, str(xt.device)
 
 
+def _rms_norm_before(x, g):
+  """rms_norm as it was written before its primitives: plain XLA, autodiff."""
+  xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+  ms = jnp.mean(jnp.square(xf), -1, keepdims=True)
+  return (xf * jax.lax.rsqrt(ms + EPS) * g[None]).astype(x.dtype)
+
+
+RMS_JAX = ("ours", "xla", "before", "ln", "flax")
+
+
 def rms_candidates(x, g, dy):
   """``--norm rms``: RMS norm with a gain (no bias, as flax's RMSNorm and
-  torch's rms_norm have it), ours (``lnorm.normalization.rms_norm``, XLA on
-  every backend), flax, torch and the floor, forward and forward+backward."""
+  torch's rms_norm have it), forward and forward+backward: ours
+  (``lnorm.normalization.rms_norm``: the native kernels on CPU), ``xla``
+  (the same primitives held to their XLA versions), ``before`` (the plain
+  XLA rms_norm the primitives replaced), ``ln`` (ours ``layer_norm`` with
+  the same gain), flax, torch and the floor."""
   dev = jax.devices()[0]
   x, g, dy = (jax.device_put(a, dev) for a in (x, g, dy))
   model = nn.RMSNorm(epsilon=EPS)
+  zero = jnp.zeros_like(g)
   fns = {"ours": lambda x, g: rms_norm(x, g, axis=-1, eps=EPS),
+         "xla": lambda x, g: fused_rms_norm.normalize(x, g, zero, axes=(x.ndim - 1,),
+                                                      eps=EPS, native=False),
+         "before": _rms_norm_before,
+         "ln": lambda x, g: layer_norm(x, g, axis=-1, eps=EPS),
          "flax": lambda x, g: model.apply({"params": {"scale": g}}, x)}
   out = {}
   for name, f in fns.items():
@@ -259,7 +287,7 @@ def rms_candidates(x, g, dy):
   # The candidates compute the same thing (guards against a wrong benchmark).
   ref_y, (ref_dx, ref_dg) = (np.asarray(a) if not isinstance(a, tuple) else a
                              for a in out[("flax", "fwd+bwd")]())
-  for name in ("ours", "torch"):
+  for name in ("ours", "xla", "before", "torch"):
     if (name, "fwd") not in out:
       continue
     y, grads = out[(name, "fwd+bwd")]()
@@ -412,12 +440,13 @@ def main(argv=None) -> int:
 
 
 def bench_rms(args) -> int:
-  """The ``--norm rms`` table: µs per call and ours/flax, ours/torch."""
+  """The ``--norm rms`` table: µs per call, and ours against the others."""
   stat = statistics.median if args.stat == "median" else min
-  names = ["ours", "flax"] + (["torch"] if torch is not None else []) + ["floor"]
-  print("| shape | pass | " + " | ".join(f"{n} (µs)" for n in names) + " | ours/flax"
-        + (" | ours/torch" if torch is not None else "") + " |")
-  print("|---|---|" + "---:|" * (len(names) + 1 + (torch is not None)))
+  names = list(RMS_JAX) + (["torch"] if torch is not None else []) + ["floor"]
+  versus = [n for n in names if n not in ("ours", "floor")]
+  print("| shape | pass | " + " | ".join(f"{n} (µs)" for n in names) + " | "
+        + " | ".join(f"ours/{n}" for n in versus) + " |")
+  print("|---|---|" + "---:|" * (len(names) + len(versus)))
   t_start = time.perf_counter()
   for shape in args.shapes:
     rng = np.random.default_rng(0)
@@ -433,9 +462,7 @@ def bench_rms(args) -> int:
     for kind in ("fwd", "fwd+bwd"):
       o = med[("ours", kind)]
       cells = ["x".join(map(str, shape)), kind] + [f"{med[(n, kind)]:.1f}" for n in names]
-      cells.append(f"{o / med[('flax', kind)]:.2f}")
-      if torch is not None:
-        cells.append(f"{o / med[('torch', kind)]:.2f}")
+      cells += [f"{o / med[(n, kind)]:.2f}" for n in versus]
       print("| " + " | ".join(cells) + " |")
   print(f"\n(timed in {time.perf_counter() - t_start:.0f} s)")
   return 0
