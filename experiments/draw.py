@@ -22,7 +22,7 @@ from flax.training.train_state import TrainState
 
 from experiments.runner import loop
 from experiments.runner import train_state as ts
-from experiments.runner.errors import check, check_common
+from experiments.runner.errors import at_least, check, check_common, off_or_more, positive
 from lnorm.data import binarized_mnist
 from lnorm.draw import DRAW, NORMS, negative_bound
 
@@ -34,14 +34,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(config.data_source in binarized_mnist.SOURCES,
         f"data_source={config.data_source!r} is not valid; choose one of: "
         f"{', '.join(binarized_mnist.SOURCES)}")
-  check(config.num_train >= 0, f"num_train={config.num_train} must be 0 (all) or more")
-  check(config.num_eval >= 0, f"num_eval={config.num_eval} must be 0 (all) or more")
-  check(config.eval_batch_size >= 1, "eval_batch_size must be at least 1")
-  for field in ("num_glimpses", "features", "latent", "read_n", "write_n"):
-    check(config[field] >= 1, f"{field}={config[field]} is not valid; it must be at least 1")
-  check(config.eps > 0, f"eps={config.eps} must be > 0")
-  check(config.grad_clip_norm >= 0,
-        f"grad_clip_norm={config.grad_clip_norm} must be 0 (off) or more")
+  at_least(config, 0, "num_train", "num_eval")
+  at_least(config, 1, "eval_batch_size", "num_glimpses", "features", "latent", "read_n",
+           "write_n")
+  positive(config, "eps")
+  off_or_more(config, "grad_clip_norm")
 
 
 def load_data(config) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ from flax.training.train_state import TrainState
 from experiments.runner import figures
 from experiments.runner import loop
 from experiments.runner import train_state as ts
-from experiments.runner.errors import check, check_common
+from experiments.runner.errors import at_least, check, check_common, off_or_more, positive
 from lnorm import handwriting as hw
 from lnorm.data import iam_ondb
 
@@ -44,14 +44,11 @@ _BUCKET = 250  # eval batches are padded to a multiple of this: a few shapes to 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   check_common(config, hw.NORMS)
-  for f in ("hidden", "num_layers", "num_window", "num_mixtures", "max_len", "eval_batch_size"):
-    check(config[f] >= 1, f"{f}={config[f]} is not valid; it must be at least 1")
-  for f in ("num_train", "num_eval", "eval_max_len", "num_samples", "num_steps"):
-    check(config[f] >= 0, f"{f}={config[f]} is not valid; it must be 0 or more")
-  check(config.eps > 0, f"eps={config.eps} must be > 0")
-  check(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm} must be 0 (off) or more")
-  check(config.output_grad_clip >= 0,
-        f"output_grad_clip={config.output_grad_clip} must be 0 (off) or more")
+  at_least(config, 1, "hidden", "num_layers", "num_window", "num_mixtures", "max_len",
+           "eval_batch_size")
+  at_least(config, 0, "num_train", "num_eval", "eval_max_len", "num_samples", "num_steps")
+  positive(config, "eps")
+  off_or_more(config, "grad_clip_norm", "output_grad_clip")
   check(config.sample_bias >= 0, f"sample_bias={config.sample_bias} must be 0 or more")
 
 

@@ -38,7 +38,7 @@ from flax.training.train_state import TrainState
 from experiments.runner import loop
 from experiments.runner import train_state as ts
 from experiments.runner import workdir as wdir
-from experiments.runner.errors import check, check_common
+from experiments.runner.errors import at_least, check, check_common, off_or_more, positive
 from lnorm import efficientnet_lite as enl
 from lnorm import order_embeddings as oe
 from lnorm.data import retrieval
@@ -52,11 +52,9 @@ KEYS = ("init", "train")  # independent streams of the seed
 
 def validate(config: ml_collections.ConfigDict) -> None:
   check_common(config, NORMS)
-  for f in ("embed_dim", "features", "eval_batch_size", "min_count"):
-    check(config[f] >= 1, f"{f}={config[f]} is not valid; it must be at least 1")
-  check(config.margin > 0, f"margin={config.margin} must be > 0")
-  check(config.grad_clip >= 0, f"grad_clip={config.grad_clip} must be 0 (off) or more")
-  check(config.eps > 0, f"eps={config.eps} must be > 0")
+  at_least(config, 1, "embed_dim", "features", "eval_batch_size", "min_count")
+  positive(config, "margin", "eps")
+  off_or_more(config, "grad_clip")
   check(config.max_vocab == 0 or config.max_vocab > len(retrieval.SPECIALS),
         f"max_vocab={config.max_vocab} must be 0 (all words) or more than "
         f"{len(retrieval.SPECIALS)} (the specials)")

@@ -26,7 +26,7 @@ from flax.training import train_state
 
 from experiments.runner import loop
 from experiments.runner import train_state as ts
-from experiments.runner.errors import check, check_common
+from experiments.runner.errors import at_least, check, check_common, off_or_more, positive
 from lnorm import reader
 from lnorm.data import DataError, resolve_data_dir
 from lnorm.data import cloze
@@ -46,14 +46,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check_common(config, reader.NORMS)
   check(not config.bn_everywhere or config.norm == "batch",
         "bn_everywhere=True needs norm='batch'")
-  for f in ("features", "embed", "attention", "eval_batch_size"):
-    check(config[f] >= 1, f"{f}={config[f]} is not valid; it must be at least 1")
-  for f in ("num_train", "num_eval", "max_passage_tokens", "passage_sentences",
-            "vocab_size", "min_count", "sort_batches", "length_buckets"):
-    check(config[f] >= 0, f"{f}={config[f]} must be 0 or more")
-  check(config.ln_gain_init > 0, f"ln_gain_init={config.ln_gain_init} must be > 0")
-  check(config.bn_gain_init > 0, f"bn_gain_init={config.bn_gain_init} must be > 0")
-  check(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm} must be >= 0")
+  at_least(config, 1, "features", "embed", "attention", "eval_batch_size")
+  at_least(config, 0, "num_train", "num_eval", "max_passage_tokens", "passage_sentences",
+           "vocab_size", "min_count", "sort_batches", "length_buckets")
+  positive(config, "ln_gain_init", "bn_gain_init")
+  off_or_more(config, "grad_clip_norm")
 
 
 def questions_root(config) -> Path:

@@ -22,7 +22,7 @@ from flax.training.train_state import TrainState
 
 from experiments.runner import loop
 from experiments.runner import train_state as ts
-from experiments.runner.errors import check, check_common
+from experiments.runner.errors import at_least, check, check_common, off_or_more, positive
 from lnorm import senteval_protocol, skipthoughts
 from lnorm.data import books
 from lnorm.skipthoughts import NORMS, SkipThoughts
@@ -30,15 +30,13 @@ from lnorm.skipthoughts import NORMS, SkipThoughts
 
 def validate(config: ml_collections.ConfigDict) -> None:
   check_common(config, NORMS)
-  for f in ("vocab_size", "embed_dim", "features", "eval_batch_size"):
-    check(config[f] >= 1, f"{f}={config[f]} is not valid; it must be at least 1")
+  at_least(config, 1, "vocab_size", "embed_dim", "features", "eval_batch_size")
   check(config.vocab_size > len(books.SPECIALS),
         f"vocab_size={config.vocab_size} must exceed {len(books.SPECIALS)}")
   check(config.max_len >= 2, f"max_len={config.max_len} must be at least 2")
-  check(config.eps > 0, f"eps={config.eps} must be > 0")
-  check(config.grad_clip_norm >= 0, f"grad_clip_norm={config.grad_clip_norm} must be >= 0")
-  check(config.num_train >= 0, f"num_train={config.num_train} must be 0 (all) or more")
-  check(config.num_heldout >= 0, f"num_heldout={config.num_heldout} must be >= 0")
+  positive(config, "eps")
+  off_or_more(config, "grad_clip_norm")
+  at_least(config, 0, "num_train", "num_heldout")
   bad = [t for t in config.eval_tasks.split(",") if t and t not in senteval_protocol.TASKS]
   check(not bad, f"eval_tasks has {bad}; choose from: {', '.join(senteval_protocol.TASKS)}")
   check(config.eval_folds >= 2, f"eval_folds={config.eval_folds} must be at least 2")

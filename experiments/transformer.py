@@ -37,7 +37,7 @@ from flax.training.train_state import TrainState
 from experiments.runner import loop
 from experiments.runner import parallel
 from experiments.runner import train_state as ts
-from experiments.runner.errors import ConfigError, NonFiniteLossError, check
+from experiments.runner.errors import ConfigError, NonFiniteLossError, at_least, check, off_or_more
 from experiments.runner.workdir import write_atomic
 from lnorm import transformer as tr
 from lnorm.data import bytes_lm
@@ -65,17 +65,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"{', '.join(bytes_lm.SOURCES)}")
   check(config.schedule in SCHEDULES,
         f"schedule={config.schedule!r} is not valid; choose one of: {', '.join(SCHEDULES)}")
-  for field in ("batch_size", "eval_batch_size"):
-    check(isinstance(config[field], int) and config[field] >= 1,
-          f"{field}={config[field]!r} is not valid; it must be an integer >= 1")
-  for field in ("num_steps", "warmup_steps", "eval_every_steps", "steps_per_call",
-                "num_eval_windows"):
-    check(isinstance(config[field], int) and config[field] >= 0,
-          f"{field}={config[field]!r} is not valid; it must be an integer >= 0")
+  at_least(config, 1, "batch_size", "eval_batch_size")
+  at_least(config, 0, "num_steps", "warmup_steps", "eval_every_steps", "steps_per_call",
+           "num_eval_windows")
   check(config.learning_rate > 0,
         f"learning_rate={config.learning_rate} is not valid; it must be > 0")
-  check(config.grad_clip_norm >= 0,
-        f"grad_clip_norm={config.grad_clip_norm} must be 0 (off) or more")
+  off_or_more(config, "grad_clip_norm")
   check(config.num_steps == 0 or config.warmup_steps <= config.num_steps,
         f"warmup_steps={config.warmup_steps} must be at most num_steps={config.num_steps}")
 

@@ -31,7 +31,25 @@ def check_common(config, norms) -> None:
         f"num_epochs={config.num_epochs} is not valid; it must be 0 or more")
   check(config.learning_rate >= 0,
         f"learning_rate={config.learning_rate} is not valid; it must be >= 0")
-  for field in ("eval_every_steps", "steps_per_call", "num_steps"):
-    if field in config:
-      check(isinstance(config[field], int) and config[field] >= 0,
-            f"{field}={config[field]!r} is not valid; it must be 0 or more")
+  at_least(config, 0, *(f for f in ("eval_every_steps", "steps_per_call", "num_steps")
+                        if f in config))
+
+
+def at_least(config, low: int, *fields: str) -> None:
+  """Each of ``fields`` an integer of at least ``low``."""
+  for f in fields:
+    check(isinstance(config[f], int) and config[f] >= low,
+          f"{f}={config[f]!r} is not valid; it must be "
+          + ("0 or more" if low == 0 else f"at least {low}"))
+
+
+def positive(config, *fields: str) -> None:
+  """Each of ``fields`` above 0 (an eps, a margin)."""
+  for f in fields:
+    check(config[f] > 0, f"{f}={config[f]} must be > 0")
+
+
+def off_or_more(config, *fields: str) -> None:
+  """Each of ``fields`` 0 (the feature off) or more: clipping thresholds."""
+  for f in fields:
+    check(config[f] >= 0, f"{f}={config[f]} must be 0 (off) or more")
