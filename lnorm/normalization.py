@@ -1,6 +1,6 @@
 """Normalization primitives as plain JAX functions: they jit, vmap and grad.
 
-Numerics shared by every function in this file:
+Numerics of the functions in this file:
 
 * Statistics are computed in ``stat_dtype(x.dtype)``: float32 for float16,
   bfloat16 and float32 inputs, float64 for float64 inputs. The output has the
@@ -28,6 +28,9 @@ Numerics shared by every function in this file:
   to 2^20 elements a row); flax.linen.LayerNorm's default is off by O(10).
 * ``eps`` is added to the variance: ``x_hat = x_c / sqrt(var + eps)``. A constant
   group has x_c = 0, so its output is the bias: finite for every eps > 0.
+* ``rms_norm`` needs no shift: a sum of squares has no cancellation, so
+  ``mean(x^2)`` in one pass (the kernel's sums again moving into double every
+  16 terms) is accurate whatever the mean.
 """
 
 from __future__ import annotations

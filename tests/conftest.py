@@ -11,9 +11,9 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 @pytest.fixture(params=["native", "xla"])
 def impl(request, monkeypatch):
-  """Runs a test on each CPU implementation: the native kernels (layer_norm's
-  and the LSTM's), then XLA alone. (Half precision, float64 and layer_norm
-  over non-trailing axes take XLA either way.)"""
+  """Runs a test on each CPU implementation: the native kernels (layer_norm's,
+  rms_norm's and the LSTM's), then XLA alone. (Half precision, float64 and the
+  norms over non-trailing axes take XLA either way.)"""
   if request.param == "native" and not native.load():
     pytest.skip("native kernels unavailable (LNORM_NATIVE=require makes this an error)")
   if request.param == "xla":
