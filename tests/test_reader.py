@@ -68,6 +68,7 @@ def test_attention_candidates_and_padding(norm, everywhere):
   assert not np.allclose(np.asarray(c)[0], np.asarray(logits)[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm, everywhere", VARIANTS[:2])
 def test_extra_padding_columns(norm, everywhere):
   inputs, _ = _batch()

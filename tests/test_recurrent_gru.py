@@ -98,6 +98,7 @@ def test_gru_batch_axes_and_carry():
   np.testing.assert_allclose(h2, h, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_gru_dtypes():
   """float32 under jax_enable_x64 stays float32; bfloat16 compute gives
   bfloat16 outputs and float32 gradients."""

@@ -203,6 +203,7 @@ def _weights(tmp_path):
   return enl.save_variables(traverse_util.unflatten_dict(flat), tmp_path / "w.npz")
 
 
+@pytest.mark.slow
 def test_extract_script(tmp_path, capsys):
   from scripts import extract_flickr8k_features as ex
   src = tmp_path / "flickr"

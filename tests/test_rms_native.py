@@ -243,6 +243,7 @@ def test_float64_inputs_compute_in_float64():
     assert o.dtype == np.float64 and rel_err(o, r) < 1e-12
 
 
+@pytest.mark.slow
 def test_forward_mode_and_second_order_match_float64(impl):
   x, g, b, _ = data((6, 50))
   t = RNG.normal(size=x.shape).astype(np.float32)

@@ -164,6 +164,7 @@ def test_sinusoidal_has_no_position_parameters_and_learned_has_a_table():
   np.testing.assert_allclose(tr.sinusoids(12, 16), _ref_sinusoids(12, 16), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_bfloat16_runs_matmuls_in_bfloat16_and_its_loss_is_close_to_float32():
   cfg = dict(num_layers=2, d_model=64, num_heads=4, max_len=32, norm="layer",
              norm_position="pre")
@@ -240,6 +241,7 @@ def test_grad_norms_per_layer_and_per_parameter():
     tr.block_grad_norms(g, "mlp/w2")
 
 
+@pytest.mark.slow
 def test_a_tiny_model_learns():
   # Periodic text: after 50 Adam steps the loss is far below uniform (ln 256).
   text = np.frombuffer(b"the cat sat on the mat. " * 40, np.uint8)
