@@ -246,15 +246,21 @@ def test_one_gradient_step(norm):
   assert float(f(stepped)) < float(value)
 
 
+def _random_captions(rng, num: int, width: int) -> np.ndarray:
+  """``num`` captions of 1-4 word ids (3-10), then EOS (1), padded to ``width``."""
+  tokens = np.zeros((num, width), np.int32)
+  for c in range(num):
+    n = rng.integers(1, 5)
+    tokens[c, :n] = rng.integers(3, 11, n)
+    tokens[c, n] = 1
+  return tokens
+
+
 def test_evaluate_matches_direct_computation():
   model, params, _, _ = _tiny_model()
   rng = np.random.default_rng(5)
   I = 3
-  tokens = np.zeros((5 * I, 6), np.int32)
-  for c in range(5 * I):
-    n = rng.integers(1, 5)
-    tokens[c, :n] = rng.integers(3, 11, n)
-    tokens[c, n] = 1
+  tokens = _random_captions(rng, 5 * I, 6)
   images = rng.standard_normal((I, 5)).astype(np.float32)
   got = oe.evaluate(model, params, tokens, images, batch_size=4)  # batches padded
   c, i = model.apply({"params": params}, tokens, images)
@@ -271,11 +277,7 @@ def test_evaluate_cuts_padding_exactly():
   model, params, _, _ = _tiny_model()
   rng = np.random.default_rng(6)
   I = 4
-  tokens = np.zeros((5 * I, 20), np.int32)
-  for c in range(5 * I):
-    n = rng.integers(1, 5)
-    tokens[c, :n] = rng.integers(3, 11, n)
-    tokens[c, n] = 1
+  tokens = _random_captions(rng, 5 * I, 20)
   images = rng.standard_normal((I, 5)).astype(np.float32)
   c, i = model.apply({"params": params}, tokens, images)
   want = oe.retrieval_metrics(_ref_violations(c, i))

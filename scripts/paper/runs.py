@@ -98,18 +98,14 @@ def finished(wd: Path, config: str, preset: str, overrides: dict, stops=()) -> s
     recorded = json.loads((wd / "config.json").read_text())["config"]
   except (OSError, ValueError, KeyError, TypeError):
     return None
-  preset_config = config_module(config).get_config(preset)
-  want = _as_json(preset_config)
-  for k, v in overrides.items():
-    want[k] = v
-  want = json.loads(json.dumps(want))
+  defaults = _as_json(config_module(config).get_config(preset))
+  want = json.loads(json.dumps({**defaults, **overrides}))  # tuples as JSON lists
   if not isinstance(recorded, dict):
     return None
   # Where the data lives is not what the run is (the loaders check what they read).
   # A field added to the config after the run was made is not in its record:
   # a new field's preset value keeps the old behaviour (the house's rule for
   # new fields), so it counts as that value unless an override sets it.
-  defaults = _as_json(preset_config)
   recorded = {**{k: v for k, v in defaults.items() if k not in overrides}, **recorded}
   strip = lambda c: {k: v for k, v in c.items() if k not in ("data_dir", "questions_dir")}
   if strip(recorded) != strip(want):
