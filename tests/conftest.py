@@ -5,20 +5,75 @@ from lnorm import fused_layer_norm
 from lnorm import native
 from lnorm.recurrent import lstm_scan
 
+# The heaviest cases of test families whose other cases stay in the fast suite
+# (`python -m pytest`); the slow suite (`-m slow`) runs them.
+SLOW_CASES = {
+    "test_recurrent_lstm.py::test_lstm_gradients_exact_in_float64[layer]",
+    "test_recurrent_lstm.py::test_lstm_gradients_exact_in_float64[layer_c]",
+    "test_normalization.py::test_layer_norm_gradients_match_naive_float64[shape1-axis1]",
+    "test_transformer.py::test_matches_float64_reference[rms-post-learned]",
+    "test_transformer.py::test_matches_float64_reference[layer-pre-learned]",
+    "test_recurrent_gru.py::test_gru_context_is_the_cells_scan_over_x_and_context[layer]",
+    "test_recurrent_gru.py::test_gru_matches_nn_rnn_in_float64[layer]",
+    "test_order_embeddings.py::test_model_invariants[none]",
+    "test_recurrent_cells.py::test_batch_lstm_training_matches_numpy[5-3]",
+    "test_fisher.py::test_closed_forms_match_autodiff[none-softmax]",
+    "test_recurrent_lstm.py::test_lstm_params_are_the_cells[none-names0]",
+    "test_recurrent_gru.py::test_gru_params_are_the_cells[none]",
+    "test_recurrent_cells.py::test_step_shapes_and_dtypes[LSTMCell(none)]",
+}
+SLOW_PREFIXES = (  # every case but the first of these bad-input families
+    "test_transformer_run.py::test_bad_config_is_one_line_before_anything_runs[flags",
+    "test_order_embeddings_run.py::test_bad_input_is_one_line_and_a_nonzero_exit[",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+  seen = set()
+  for item in items:
+    name = item.nodeid.split("/")[-1]
+    prefix = next((p for p in SLOW_PREFIXES if name.startswith(p)), None)
+    if name in SLOW_CASES or (prefix is not None and prefix in seen):
+      item.add_marker(pytest.mark.slow)
+    if prefix is not None:
+      seen.add(prefix)
+
+
 # Implicit rank promotion hides shape bugs: (B, H) + (H,) must be written out.
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
-@pytest.fixture(params=["native", "xla"])
-def impl(request, monkeypatch):
+@pytest.fixture(scope="module", params=["native", "xla"])
+def impl_choice(request):
+  """The implementation ``impl`` sets up. Module-scoped, so pytest runs a
+  module's tests on one choice, then on the other, and the jit caches are
+  cleared a few times a module rather than around every test."""
+  if request.param == "native" and not native.load():
+    pytest.skip("native kernels unavailable (LNORM_NATIVE=require makes this an error)")
+  return request.param
+
+
+@pytest.fixture
+def impl(impl_choice, monkeypatch):
   """Runs a test on each CPU implementation: the native kernels (layer_norm's,
   rms_norm's and the LSTM's), then XLA alone. (Half precision, float64 and the
   norms over non-trailing axes take XLA either way.)"""
-  if request.param == "native" and not native.load():
-    pytest.skip("native kernels unavailable (LNORM_NATIVE=require makes this an error)")
-  if request.param == "xla":
+  if impl_choice == "xla":
     monkeypatch.setattr(fused_layer_norm, "_native_ok", lambda *_: False)
     monkeypatch.setattr(lstm_scan, "_native_ok", lambda *_: False)
-  jax.clear_caches()  # jit caches hold lowerings made with the other choice
-  yield request.param
-  jax.clear_caches()
+  yield impl_choice
+
+
+_jit_caches_made_with = ["native"]
+
+
+@pytest.fixture(autouse=True)
+def _clear_jit_caches_on_a_switch(request):
+  """jit caches hold lowerings made with one implementation: they are cleared
+  whenever a test runs on the other one than the test before it (a test
+  without ``impl`` runs on the native kernels)."""
+  params = getattr(getattr(request.node, "callspec", None), "params", {})
+  mode = params.get("impl_choice", "native") if "impl" in request.fixturenames else "native"
+  if mode != _jit_caches_made_with[0]:
+    jax.clear_caches()
+    _jit_caches_made_with[0] = mode

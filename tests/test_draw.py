@@ -202,6 +202,7 @@ def test_evaluation_does_not_depend_on_the_chunk():
   np.testing.assert_allclose(float(a["bound"]), float(a["recon"] + a["kl"]), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_samples_and_canvases():
   state = draw_exp.create_train_state(tiny_config(), jax.random.key(0))
   samples, canvases = draw_exp.sample_arrays(draw_exp.create_model(tiny_config()), state,

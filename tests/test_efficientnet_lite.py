@@ -110,6 +110,7 @@ def test_shapes_and_invariants():
     enl.EfficientNetLite0().apply(v, x[..., :1])
 
 
+@pytest.mark.slow
 def test_conversion_roundtrip_and_bad_state_dicts(tmp_path):
   v = _random_variables(2)
   state = _torch_layout(v)

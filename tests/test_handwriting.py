@@ -77,6 +77,7 @@ def np_window(h, kappa, onehot, W, b):
   return k, np.einsum("bu,buc->bc", phi, onehot), phi
 
 
+@pytest.mark.slow
 def test_window_matches_numpy():
   B, H, K, U, C = 3, 5, 4, 6, 7
   k1, k2, k3 = jax.random.split(jax.random.key(1), 3)

@@ -270,6 +270,7 @@ def test_evaluate_matches_direct_computation():
     assert got[key] == pytest.approx(want[key]), key
 
 
+@pytest.mark.slow
 def test_evaluate_cuts_padding_exactly():
   # Captions padded far past their longest (20 columns, at most 5 tokens): the
   # length-sorted batches cut to 8 columns give the metrics of the full width,

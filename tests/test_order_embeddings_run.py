@@ -68,6 +68,7 @@ def test_clip_each_by_norm_against_numpy():
   assert float(jnp.linalg.norm(glob["b"])) < norms["b"]
 
 
+@pytest.mark.slow
 def test_image_passes_are_vendrovs_batches():
   n, B = 10, 4
   feed = oe_exp.ImagePasses(data=None, num_images=n, batch_size=B, key=jax.random.key(3))
@@ -159,6 +160,7 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, damage, message):
   assert not (wd / "metrics.jsonl").exists() and not (wd / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_cli_rejects_unknown_norm(tmp_path):
   r = run_cli("--config=configs/order_embeddings.py:smoke", f"--workdir={tmp_path / 'run'}",
               "--config.norm=rms")

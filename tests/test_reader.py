@@ -82,6 +82,7 @@ def test_extra_padding_columns(norm, everywhere):
   np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_gain_inits():
   inputs, _ = _batch()
   ln = reader.init(_model("layer", False), jax.random.key(0), inputs, ln_gain_init=0.1)

@@ -6,6 +6,7 @@ import re
 
 import jax
 import numpy as np
+import pytest
 
 from lnorm import recurrent
 from tests.run_records import REPO
@@ -21,6 +22,7 @@ def python_api_code() -> str:
   return blocks[0]
 
 
+@pytest.mark.slow
 def test_python_api_example_runs():
   ns: dict = {}
   exec(compile(python_api_code(), "README.md (Python API)", "exec"), ns)
@@ -32,7 +34,10 @@ def test_python_api_example_runs():
   cell_params = ns["rnn_vars"]["params"]["cell"]
   y_lstm = recurrent.LSTM(32, norm="layer").apply({"params": cell_params}, ns["seq"])
   assert ns["out"].shape == (4, 10, 32)
-  np.testing.assert_allclose(ns["out"], y_lstm, rtol=1e-5, atol=1e-6)
+  # Two float32 implementations (XLA's cell step, the native sequence kernels) sum in
+  # different orders: over 10 steps they part by ~1e-6 of outputs of order 0.3 (seen
+  # 1.5e-6 on one machine); a wrong gate or weight parts them by ~1e-1.
+  np.testing.assert_allclose(ns["out"], y_lstm, rtol=1e-5, atol=1e-5)
   # Past each sequence's end both LSTM outputs are 0, so the logits are the readout's bias.
   logits, mask = np.asarray(ns["logits"]), np.asarray(ns["mask"])
   assert logits.shape == (4, 10, 5) and mask.sum() == 21

@@ -184,6 +184,7 @@ def test_mask_freezes_carry_and_zeroes_outputs(name):
   _masked_vs_stepped(cell, {'params': perturb(init_cell(cell)['params'])})
 
 
+@pytest.mark.slow
 def test_mask_freezes_batch_lstm_in_eval_mode():
   cell = bn_cell(4, use_running_average=True)
   v = init_cell(cell)
@@ -221,6 +222,7 @@ def _bn_setup(max_steps, steps, momentum=0.9, nb=6):
   return cell, x, wrap(init_cell(cell, nb))
 
 
+@pytest.mark.slow
 def test_batch_lstm_init():
   cell, x, v = _bn_setup(max_steps=4, steps=T)
   # Recurrent creates the running averages although the scan carries them.
@@ -273,6 +275,7 @@ def test_batch_lstm_training_matches_numpy(max_steps, steps):
   assert not np.allclose(s['var_c'][0], s['var_c'][1], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_batch_lstm_unbiased_variance():
   nb = 4
   cell = bn_cell(2, momentum=0.5, unbiased=True)
@@ -296,6 +299,7 @@ def test_batch_lstm_unbiased_variance():
                              0.5 + 0.5 * wx.var(0, ddof=1), rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_batch_lstm_eval_uses_stored_rows_and_clamps_past_max_steps():
   max_steps, steps = 3, 5
   cell, x, v = _bn_setup(max_steps, steps)
@@ -324,6 +328,7 @@ def test_batch_lstm_eval_uses_stored_rows_and_clamps_past_max_steps():
   assert not np.allclose(ys_train, ys, atol=1e-2)
 
 
+@pytest.mark.slow
 def test_batch_lstm_under_nn_rnn():
   cell, x, v = _bn_setup(max_steps=4, steps=T)
   init_rnn = nn.RNN(cell, variable_broadcast=('params', 'batch_stats'))

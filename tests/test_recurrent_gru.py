@@ -81,6 +81,7 @@ def test_gru_params_are_the_cells(norm):
       np.testing.assert_array_equal(p[k], p_cell[k])  # gains 1, biases 0
 
 
+@pytest.mark.slow
 def test_gru_batch_axes_and_carry():
   gru = R.GRU(H, norm='layer', return_carry=True)
   x = inputs((2, 3, T, I))

@@ -198,6 +198,7 @@ def test_lstm_params_are_the_cells(norm, names):
     np.testing.assert_allclose(blk.T @ blk, np.eye(H), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_lstm_batch_axes_and_carry():
   """Any number of batch axes; the final carry continues the sequence."""
   lstm = R.LSTM(H, norm='layer', return_carry=True)

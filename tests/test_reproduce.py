@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.run_records import REPO
 
 
+@pytest.mark.slow
 def test_a_failed_run_stops_the_target_and_writes_no_results(tmp_path):
   # fig4 has three runs; with --jobs 2 the first two start together and both
   # fail at once (no data), so the third must never start.
@@ -137,6 +140,7 @@ def test_results_go_to_a_scratch_folder_unless_told(tmp_path, monkeypatch):
   assert runs.out_dir(args) == REPO / "results" / "fig6"
 
 
+@pytest.mark.slow
 def test_seeds_must_be_positive_and_supported_by_the_target():
   for argv, message in ((["fig6", "--seeds", "0"], "--seeds must be at least 1, got 0"),
                         (["table1", "--seeds", "2"],

@@ -218,6 +218,7 @@ def test_scaled_residual_init_scales_the_branch_outputs_only():
       np.testing.assert_array_equal(s[sub][name]["kernel"], b[sub][name]["kernel"])
 
 
+@pytest.mark.slow
 def test_grad_norms_per_layer_and_per_parameter():
   model = tr.TransformerLM(**SMALL, norm="layer", norm_position="post")
   params = _init(model)

@@ -198,6 +198,7 @@ class FakeTransformerRun:
     return self.returncode
 
 
+@pytest.mark.slow
 def test_target_records_divergence_and_judges_each_claim(tmp_path, monkeypatch):
   from scripts import reproduce
   from scripts.paper import runs

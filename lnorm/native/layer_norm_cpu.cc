@@ -52,8 +52,11 @@ namespace {
 // Rows are split into chunks of about kChunkElements elements, which the
 // intra-op thread pool runs. The split depends on the shape alone, and the
 // backward pass adds its per-chunk column sums in chunk order, so results do
-// not depend on the number of threads or on their timing.
-constexpr int64_t kChunkElements = 1 << 15;
+// not depend on the number of threads or on their timing. A chunk must
+// outweigh handing it to a pool thread: 512 KiB of floats keeps 128x1000 (the
+// paper's MLP) on the calling thread, where splitting it three ways was 1.4x
+// slower forward+backward (BENCHMARKS.md, "layer_norm primitive").
+constexpr int64_t kChunkElements = 1 << 17;
 constexpr int64_t kMaxChunks = 64;
 
 int64_t NumChunks(int64_t rows, int64_t n) {

@@ -13,7 +13,8 @@ parameter. Shapes (T steps, batch B, H units, I inputs, L stacked layers):
 * ``short``: T=100, B=8, H=400, I=3, L=1 (the issue's measurement);
 * ``handwriting``: T=500, B=8, H=400, I=3, L=3 (Graves' handwriting model,
   the paper's section 6.4);
-* ``draw``: T=64, B=128, H=256, I=256, L=1 (DRAW's LSTM size; I is ours).
+* ``draw``: T=64, B=128, H=256, I=256, L=1 (DRAW's LSTM size; I is ours);
+* ``short64``: ``short`` at B=64.
 
 Candidates (``--candidates`` picks some by name):
 
@@ -28,6 +29,8 @@ Candidates (``--candidates`` picks some by name):
   the cells under ``flax.linen.RNN``;
 * ``torch LSTM``: ``torch.nn.LSTM(num_layers=L)`` (fused; oneDNN on CPU,
   cuDNN on a GPU);
+* ``torch GRU``: ``torch.nn.GRU(num_layers=L)`` holding GRU(none)'s
+  parameters (its update gate negated: torch keeps z h, lnorm (1 - z) h);
 * ``torch LN-LSTM``: eqs. 20-22 in eager PyTorch, one Python loop over time
   per layer, with W_x x and its layer norm computed for all steps first.
 
@@ -81,6 +84,7 @@ SHAPES = {  # name: (T, B, H, I, L)
     "short": (100, 8, 400, 3, 1),
     "handwriting": (500, 8, 400, 3, 3),
     "draw": (64, 128, 256, 256, 1),
+    "short64": (100, 64, 400, 3, 1),  # the issue's second batch size
 }
 # name: (norm, native): "xla" keeps the scans' steps in XLA on CPU too.
 SEQ = {"LSTM(none)": ("none", True), "LSTM(layer)": ("layer", True),
@@ -96,9 +100,9 @@ CELLS = {f"RNN({c.__name__}({n}))": (c, n)
 # The cell each sequence candidate must agree with.
 SAME = {s: f"RNN(LSTMCell({n}))" for s, (n, _) in SEQ.items()}
 SAME.update({s: f"RNN(GRUCell({n}))" for s, n in GRU_SEQ.items()})
-TORCH = ("torch LSTM", "torch LN-LSTM")
+TORCH = ("torch LSTM", "torch GRU", "torch LN-LSTM")
 ALL = tuple(SEQ) + tuple(GRU_SEQ) + tuple(CELLS) + TORCH
-BASES = ("LSTM(none)", "GRU(none)", "torch LSTM", "torch LN-LSTM")
+BASES = ("LSTM(none)", "GRU(none)", "torch LSTM", "torch GRU", "torch LN-LSTM")
 CHECK_STEPS = 50
 
 
@@ -236,6 +240,62 @@ def torch_lstm(shape, params, x, dy, device):
   return step, outputs
 
 
+def _torch_gru_weights(p, H):
+  """lnorm's GRU(none) parameters as torch.nn.GRU's (gates r, z, n).
+
+  lnorm updates h' = (1 - z) h + z n, torch h' = (1 - z') n + z' h, so
+  z' = 1 - z = sigmoid(-a_z): torch's update-gate rows are lnorm's negated.
+  The candidate's bias sits outside r in lnorm (bias_c), so torch's b_hn is 0.
+  """
+  kx, kh, b = (np.asarray(p[k]) for k in ("kernel_x", "kernel_h", "bias"))
+  z, r = slice(0, H), slice(H, 2 * H)
+  w_ih = np.concatenate([kx[:, r], -kx[:, z], np.asarray(p["kernel_xc"])], -1).T
+  w_hh = np.concatenate([kh[:, r], -kh[:, z], np.asarray(p["kernel_hc"])], -1).T
+  b_ih = np.concatenate([b[r], -b[z], np.asarray(p["bias_c"])])
+  return w_ih, w_hh, b_ih
+
+
+def torch_gru(shape, params, x, dy, device):
+  """``torch.nn.GRU`` holding lnorm's GRU(none) parameters (if given)."""
+  T, B, H, I, L = shape
+  gru = torch.nn.GRU(I, H, num_layers=L, batch_first=True).to(device)
+  if params is not None:
+    with torch.no_grad():
+      for l in range(L):
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(device)
+        w_ih, w_hh, b_ih = _torch_gru_weights(params[f"layer{l}"], H)
+        getattr(gru, f"weight_ih_l{l}").copy_(t(w_ih))
+        getattr(gru, f"weight_hh_l{l}").copy_(t(w_hh))
+        getattr(gru, f"bias_ih_l{l}").copy_(t(b_ih))
+        getattr(gru, f"bias_hh_l{l}").zero_()
+  xt = torch.from_numpy(np.array(x)).to(device)
+  dyt = torch.from_numpy(np.array(dy)).to(device)
+
+  def step(dyt=dyt):
+    for q in gru.parameters():
+      q.grad = None
+    y, _ = gru(xt)
+    y.backward(dyt)
+    _sync(device)
+    return y
+
+  def outputs(dy_check):
+    y = step(torch.from_numpy(dy_check).to(device)).detach().cpu().numpy()
+    grads = {}
+    for l in range(L):
+      g = lambda n: getattr(gru, f"{n}_l{l}").grad.cpu().numpy()
+      gi, gh, gb = g("weight_ih").T, g("weight_hh").T, g("bias_ih")
+      r, z, n = slice(0, H), slice(H, 2 * H), slice(2 * H, 3 * H)
+      grads[f"layer{l}"] = {
+          "kernel_x": np.concatenate([-gi[:, z], gi[:, r]], -1),
+          "kernel_h": np.concatenate([-gh[:, z], gh[:, r]], -1),
+          "kernel_xc": gi[:, n], "kernel_hc": gh[:, n],
+          "bias": np.concatenate([-gb[z], gb[r]]), "bias_c": gb[n]}
+    return y, grads
+
+  return step, outputs
+
+
 def torch_ln_lstm(shape, params, x, dy, device, seed):
   """Eqs. 20-22 in eager PyTorch, lnorm's parameter layout and gate order."""
   T, B, H, I, L = shape
@@ -346,6 +406,9 @@ def check_agreement(outputs, dy, steps=CHECK_STEPS):
     _assert_close("torch LSTM", "LSTM(none)", got["torch LSTM"],
                   got["LSTM(none)"])
     checked.append("torch LSTM = LSTM(none)")
+  if "torch GRU" in got and "GRU(none)" in got:
+    _assert_close("torch GRU", "GRU(none)", got["torch GRU"], got["GRU(none)"])
+    checked.append("torch GRU = GRU(none)")
   if "torch LN-LSTM" in got and "LSTM(layer)" in got:
     _assert_close("torch LN-LSTM", "LSTM(layer)", got["torch LN-LSTM"],
                   got["LSTM(layer)"])
@@ -369,6 +432,10 @@ def bench_shape(shape, names, repeats, sample_s, stat, check, seed=0):
       cands["torch LSTM"], outputs["torch LSTM"] = torch_lstm(
           shape, params.get("LSTM(none)"), x, dy, device)
       devices["torch LSTM"] = str(device)
+    if "torch GRU" in names:
+      cands["torch GRU"], outputs["torch GRU"] = torch_gru(
+          shape, params.get("GRU(none)"), x, dy, device)
+      devices["torch GRU"] = str(device)
     if "torch LN-LSTM" in names:
       cands["torch LN-LSTM"], outputs["torch LN-LSTM"] = torch_ln_lstm(
           shape, params.get("LSTM(layer)"), x, dy, device, seed)
@@ -399,7 +466,9 @@ def print_table(shape_name, shape, ms, temp_mib, unit):
       print("| " + " | ".join(cells) + " |")
   print()
   goals = (("LSTM(layer)", "LSTM(none)", 1.15),
-           ("LSTM(layer)", "torch LSTM", 1.5),
+           ("LSTM(layer)", "torch LSTM", 1.0),
+           ("GRU(layer)", "GRU(none)", 1.15),
+           ("GRU(layer)", "torch GRU", 1.0),
            ("LSTM(layer)", "torch LN-LSTM", 0.5))
   for a, b, limit in goals:
     if a in ms and b in ms:
