@@ -200,44 +200,47 @@ def _sync(device):
     torch.cuda.synchronize()
 
 
-def torch_lstm(shape, params, x, dy, device):
-  """``torch.nn.LSTM`` holding lnorm's LSTM(none) parameters (if given)."""
-  T, B, H, I, L = shape
-  lstm = torch.nn.LSTM(I, H, num_layers=L, batch_first=True).to(device)
+def _torch_rnn(module, L, params, x, dy, device, to_torch, from_torch):
+  """A step and its outputs for ``module`` (torch.nn.LSTM or GRU), holding
+  lnorm's parameters if given: ``to_torch(p)`` gives a layer's (weight_ih,
+  weight_hh, bias_ih) from lnorm's, ``from_torch(g)`` lnorm's gradient tree of
+  a layer from ``g(name)``, torch's gradient of that layer's ``name``."""
   if params is not None:
     with torch.no_grad():
       for l in range(L):
-        p = params[f"layer{l}"]
-        t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)
-        getattr(lstm, f"weight_ih_l{l}").copy_(
-            t(_to_torch_gates(p["kernel_x"], H).T))
-        getattr(lstm, f"weight_hh_l{l}").copy_(
-            t(_to_torch_gates(p["kernel_h"], H).T))
-        getattr(lstm, f"bias_ih_l{l}").copy_(t(_to_torch_gates(p["bias"], H)))
-        getattr(lstm, f"bias_hh_l{l}").zero_()
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(device)
+        for name, a in zip(("weight_ih", "weight_hh", "bias_ih"), to_torch(params[f"layer{l}"])):
+          getattr(module, f"{name}_l{l}").copy_(t(a))
+        getattr(module, f"bias_hh_l{l}").zero_()
   xt = torch.from_numpy(np.array(x)).to(device)
   dyt = torch.from_numpy(np.array(dy)).to(device)
 
   def step(dyt=dyt):
-    for q in lstm.parameters():
+    for q in module.parameters():
       q.grad = None
-    y, _ = lstm(xt)
+    y, _ = module(xt)
     y.backward(dyt)
     _sync(device)
     return y
 
   def outputs(dy_check):
     y = step(torch.from_numpy(dy_check).to(device)).detach().cpu().numpy()
-    grads = {}
-    for l in range(L):
-      g = lambda n: getattr(lstm, f"{n}_l{l}").grad.cpu().numpy()
-      grads[f"layer{l}"] = {
-          "kernel_x": _from_torch_gates(g("weight_ih").T, H),
-          "kernel_h": _from_torch_gates(g("weight_hh").T, H),
-          "bias": _from_torch_gates(g("bias_ih"), H)}
-    return y, grads
+    return y, {f"layer{l}": from_torch(lambda n, l=l: getattr(module, f"{n}_l{l}").grad.cpu().numpy())
+               for l in range(L)}
 
   return step, outputs
+
+
+def torch_lstm(shape, params, x, dy, device):
+  """``torch.nn.LSTM`` holding lnorm's LSTM(none) parameters (if given)."""
+  T, B, H, I, L = shape
+  lstm = torch.nn.LSTM(I, H, num_layers=L, batch_first=True).to(device)
+  to_torch = lambda p: (_to_torch_gates(p["kernel_x"], H).T, _to_torch_gates(p["kernel_h"], H).T,
+                        _to_torch_gates(p["bias"], H))
+  from_torch = lambda g: {"kernel_x": _from_torch_gates(g("weight_ih").T, H),
+                          "kernel_h": _from_torch_gates(g("weight_hh").T, H),
+                          "bias": _from_torch_gates(g("bias_ih"), H)}
+  return _torch_rnn(lstm, L, params, x, dy, device, to_torch, from_torch)
 
 
 def _torch_gru_weights(p, H):
@@ -259,41 +262,16 @@ def torch_gru(shape, params, x, dy, device):
   """``torch.nn.GRU`` holding lnorm's GRU(none) parameters (if given)."""
   T, B, H, I, L = shape
   gru = torch.nn.GRU(I, H, num_layers=L, batch_first=True).to(device)
-  if params is not None:
-    with torch.no_grad():
-      for l in range(L):
-        t = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(device)
-        w_ih, w_hh, b_ih = _torch_gru_weights(params[f"layer{l}"], H)
-        getattr(gru, f"weight_ih_l{l}").copy_(t(w_ih))
-        getattr(gru, f"weight_hh_l{l}").copy_(t(w_hh))
-        getattr(gru, f"bias_ih_l{l}").copy_(t(b_ih))
-        getattr(gru, f"bias_hh_l{l}").zero_()
-  xt = torch.from_numpy(np.array(x)).to(device)
-  dyt = torch.from_numpy(np.array(dy)).to(device)
+  r, z, n = slice(0, H), slice(H, 2 * H), slice(2 * H, 3 * H)
 
-  def step(dyt=dyt):
-    for q in gru.parameters():
-      q.grad = None
-    y, _ = gru(xt)
-    y.backward(dyt)
-    _sync(device)
-    return y
+  def from_torch(g):
+    gi, gh, gb = g("weight_ih").T, g("weight_hh").T, g("bias_ih")
+    return {"kernel_x": np.concatenate([-gi[:, z], gi[:, r]], -1),
+            "kernel_h": np.concatenate([-gh[:, z], gh[:, r]], -1),
+            "kernel_xc": gi[:, n], "kernel_hc": gh[:, n],
+            "bias": np.concatenate([-gb[z], gb[r]]), "bias_c": gb[n]}
 
-  def outputs(dy_check):
-    y = step(torch.from_numpy(dy_check).to(device)).detach().cpu().numpy()
-    grads = {}
-    for l in range(L):
-      g = lambda n: getattr(gru, f"{n}_l{l}").grad.cpu().numpy()
-      gi, gh, gb = g("weight_ih").T, g("weight_hh").T, g("bias_ih")
-      r, z, n = slice(0, H), slice(H, 2 * H), slice(2 * H, 3 * H)
-      grads[f"layer{l}"] = {
-          "kernel_x": np.concatenate([-gi[:, z], gi[:, r]], -1),
-          "kernel_h": np.concatenate([-gh[:, z], gh[:, r]], -1),
-          "kernel_xc": gi[:, n], "kernel_hc": gh[:, n],
-          "bias": np.concatenate([-gb[z], gb[r]]), "bias_c": gb[n]}
-    return y, grads
-
-  return step, outputs
+  return _torch_rnn(gru, L, params, x, dy, device, lambda p: _torch_gru_weights(p, H), from_torch)
 
 
 def torch_ln_lstm(shape, params, x, dy, device, seed):
