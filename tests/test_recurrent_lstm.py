@@ -69,8 +69,10 @@ def test_lstm_matches_recurrent_cell(norm, masked, features, impl):
   g, (y, c, h) = _seq_grad(ours)(params, x, carry0)
   g_ref, (y_ref, c_ref, h_ref) = _seq_grad(ref)(params, x, carry0)
   # The perturbed W_h makes pre-activations sums of `features` terms of
-  # size ~0.5: their float32 rounding grows with the width.
-  tol = dict(rtol=1e-5, atol=1e-6 if features == H else 2e-5)
+  # size ~0.5: their float32 rounding grows with the width. Two float32
+  # orders of summation, so it also depends on the CPU's code (2.8e-6 at an
+  # output of 0.12 on an AVX2 AMD EPYC host); the float64 tests bound the error.
+  tol = dict(rtol=1e-5, atol=5e-6 if features == H else 2e-5)
   np.testing.assert_allclose(y, y_ref, **tol)
   np.testing.assert_allclose(c, c_ref, **tol)
   np.testing.assert_allclose(h, h_ref, **tol)
@@ -142,13 +144,15 @@ def test_lstm_second_order_and_vmap(norm, impl):
 
   for a, b in zip(jax.tree_util.tree_leaves(grad_norm(ours)(params)),
                   jax.tree_util.tree_leaves(grad_norm(ref)(params))):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(b))))
+    # Third derivatives through 10 LN-LSTM steps, two float32 orders: 1.6e-5
+    # of the largest entry apart on an AVX2 AMD EPYC host.
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * float(np.max(np.abs(b))))
   xs = jnp.stack([x, 2 * x])
   y = jax.jit(jax.vmap(lambda x: ours(params, x, carry0)[1]))(xs)
   ref_y = jax.jit(lambda x: ref(params, x, carry0)[1])
   for k in range(2):
-    np.testing.assert_allclose(y[k], ref_y(xs[k]),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y[k], ref_y(xs[k]),  # tol: test_lstm_matches_recurrent_cell's
+                               rtol=1e-5, atol=5e-6)
 
 
 @pytest.mark.slow
