@@ -26,6 +26,15 @@ band over the seeds' range. ``--jobs N`` runs up to N of a target's runs at
 once, each logging to ``<run>.log`` beside its workdir: on a small CPU machine,
 where one XLA process leaves cores idle, that can finish sooner (README,
 ConvNets).
+
+A target too long for one sitting is split across sittings (or machines):
+``--only a,b`` runs only the named runs (workdir names, seed suffixes
+included), copies their records into the results folder and writes a
+results.md that says which runs are recorded and which are still to run;
+``--adopt_results`` counts a finished record already in the results folder
+(one an earlier sitting committed) as done, for a run with an empty workdir,
+so the last sitting writes the tables without running it again. It is opt-in:
+a committed record may come from older code or data.
 """
 
 from __future__ import annotations
@@ -63,6 +72,11 @@ def main(argv: list[str] | None = None) -> None:
                  help="runs at a time (default 1); each then logs to <runs_dir>/.../<run>.log")
   p.add_argument("--seeds", default=1, type=int,
                  help="seeds per run (default 1); tables give mean ± sd, figures bands")
+  p.add_argument("--only", default=None, type=lambda s: [n for n in s.split(",") if n],
+                 help="comma-separated run names: run just these, record them, no tables yet")
+  p.add_argument("--adopt_results", action="store_true",
+                 help="take a finished record in the results folder as done (runs of an "
+                      "earlier sitting)")
   args = p.parse_args(argv)
   if args.jobs < 1:
     p.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -71,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
   if args.seeds > 1 and args.target not in SEEDED:
     p.error(f"--seeds is not supported by {args.target}; targets with seeds: "
             f"{', '.join(sorted(SEEDED))}")
+  if (args.only or args.adopt_results) and args.target == "geometry":
+    p.error("--only and --adopt_results are for targets that train runs; geometry trains none")
   TARGETS[args.target](args)
   print(f"results in {out_dir(args)}"
         + ("" if args.results_dir is not None else

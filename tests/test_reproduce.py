@@ -388,3 +388,68 @@ def test_fig5_with_seeds_judges_the_claim_seed_by_seed(tmp_path, monkeypatch):
   assert "4 of 4 / 4 of 4 / 4 of 4" in row and "in 3 of 3" in row
   assert "**Made with the old IAM-OnDB reader**" not in md  # "abc" is no commit here
   assert (tmp_path / "res" / "fig5_smoke" / "fig5.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_target_split_across_sittings_with_only_and_adopt_results(tmp_path, monkeypatch):
+  """--only runs some runs and records them without tables; a later sitting on
+  a fresh runs folder takes those records from the results folder
+  (--adopt_results) and runs only the rest."""
+  from scripts import reproduce
+  from scripts.paper import runs
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  res = tmp_path / "res"
+  base = ["fig6", "--preset", "smoke", "--results_dir", str(res)]
+  FakeRun.commands = []
+  with pytest.raises(SystemExit) as stop:
+    reproduce.main([*base, "--runs_dir", str(tmp_path / "a"), "--only", "layer_b128,none_b4"])
+  assert stop.value.code == 0
+  launched = lambda: sorted(next(a for a in c if a.startswith("--workdir=")).rsplit("/", 1)[-1]
+                            for c in FakeRun.commands)
+  assert launched() == ["layer_b128", "none_b4"]
+  out = res / "fig6_smoke"
+  assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["layer_b128", "none_b4"]
+  md = (out / "results.md").read_text()
+  assert md.startswith("# fig6 (smoke preset): 2 of 6 runs recorded; no tables yet")
+  assert "Still to run: none_b128, batch_b128, layer_b4, batch_b4." in md
+  assert ("`python scripts/reproduce.py fig6 --preset smoke --results_dir "
+          f"{res} --adopt_results`") in md
+  assert not (out / "fig6.png").exists()
+  # Without --adopt_results a fresh runs folder runs everything again.
+  FakeRun.commands = []
+  reproduce.main([*base, "--runs_dir", str(tmp_path / "b")])
+  assert len(FakeRun.commands) == 6
+  # With it, the recorded runs are adopted and the rest run; then the tables.
+  (tmp_path / "b").rename(tmp_path / "b_old")
+  # The first sitting's records, as experiments.main writes them: the whole
+  # config (FakeRun keeps only its flags, as strings) and another commit.
+  from configs import pi_mnist
+  for name in ("layer_b128", "none_b4"):
+    rec = json.loads((out / name / "config.json").read_text())
+    full = json.loads(json.dumps(pi_mnist.get_config("smoke").to_dict()))
+    full.update({k: type(full[k])(v) for k, v in rec["config"].items()})
+    (out / name / "config.json").write_text(json.dumps(
+        {**rec, "config": full, "git_commit": "first"}))
+  FakeRun.commands = []
+  reproduce.main([*base, "--runs_dir", str(tmp_path / "c"), "--adopt_results"])
+  assert "layer_b128" not in launched() and "none_b4" not in launched()
+  assert len(FakeRun.commands) == 4
+  assert json.loads((tmp_path / "c" / "fig6" / "smoke" / "layer_b128" / "config.json")
+                    .read_text())["git_commit"] == "first"
+  md = (out / "results.md").read_text()
+  assert md.startswith("# ") and "no tables yet" not in md
+  assert "Commit: abc, first" in md
+  assert (out / "fig6.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_only_names_runs_of_the_target(tmp_path, capsys):
+  from scripts import reproduce
+  with pytest.raises(SystemExit) as stop:
+    reproduce.main(["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path), "--only",
+                    "layer_b128,layer_b12"])
+  assert stop.value.code.startswith("error: --only names no run of fig6 (--seeds 1): layer_b12; "
+                                    "its runs: ")
+  assert not (tmp_path / "fig6").exists()
+  with pytest.raises(SystemExit) as stop:
+    reproduce.main(["geometry", "--only", "x"])
+  assert stop.value.code == 2
+  assert "geometry trains none" in capsys.readouterr().err

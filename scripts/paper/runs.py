@@ -30,6 +30,13 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None) -> 
   ``<name>.log`` beside its workdir. A workdir that holds a finished record
   of the same config is not run again (:func:`finished`).
 
+  A target too long for one sitting is split across sittings or machines:
+  ``--only a,b`` runs those of its runs alone, copies their records into the
+  results folder and stops before the tables (results.md then says which runs
+  are recorded and which are not); ``--adopt_results`` takes a finished
+  record found there (one committed by an earlier sitting) as done, for a run
+  whose workdir holds nothing.
+
   ``keep``: files every run writes beside its metrics, copied too;
   ``optional``: files a run may write, copied where they exist; ``stops``:
   {exit status: file}, the ways a run may end early that are results, not
@@ -39,12 +46,27 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None) -> 
   seeds = seed_names(args, config)
   runs = {key: [(name + suffix, {**overrides, **seed})
                 for suffix, seed in seeds] for key, (name, overrides) in runs.items()}
-  pending, active, failed = [r for rs in runs.values() for r in rs], [], []
-  for name, overrides in list(pending):
-    state = finished(workdir(args, name), config, args.preset, overrides, stops.values())
+  every = [r for rs in runs.values() for r in rs]
+  only = set(getattr(args, "only", None) or ())
+  unknown = sorted(only - {name for name, _ in every})
+  if unknown:
+    sys.exit(f"error: --only names no run of {args.target} (--seeds {args.seeds}): "
+             f"{', '.join(unknown)}; its runs: {', '.join(name for name, _ in every)}")
+  files = ("config.json", "metrics.jsonl", *keep, *optional, *stops.values())
+  pending, active, failed = list(every), [], []
+  for name, overrides in every:
+    wd = workdir(args, name)
+    state = finished(wd, config, args.preset, overrides, stops.values())
+    if not state and getattr(args, "adopt_results", False) and not (wd / "config.json").exists():
+      state = finished(out_dir(args) / name, config, args.preset, overrides, stops.values())
+      if state:
+        adopt(out_dir(args) / name, wd, files)
+        state += ", adopted from the results folder"
     if state:
       print(f"{state}: {name} (its record is complete; not run again)", flush=True)
       pending.remove((name, overrides))
+  left = [r for r in pending if only and r[0] not in only]
+  pending = [r for r in pending if r not in left]
   while active or (pending and not failed):
     while pending and not failed and len(active) < args.jobs:
       name, overrides = pending.pop(0)
@@ -75,6 +97,12 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None) -> 
   if failed:
     failed = [name for rs in runs.values() for name, _ in rs if name in failed]  # target's order
     sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
+  if left:
+    done = [name for name, _ in every if (name, _) not in left]
+    for name in done:
+      collect(args, name, keep, (*optional, *stops.values()))
+    note_partial(args, done, [name for name, _ in left])
+    raise SystemExit(0)
   records = {}
   for key, rs in runs.items():
     per_seed = [collect(args, name, keep, (*optional, *stops.values())) for name, _ in rs]
@@ -180,6 +208,38 @@ def collect(args, name: str, keep=(), optional=()) -> dict:
   return record
 
 
+def adopt(src: Path, wd: Path, files) -> None:
+  """Copies a finished record (``files`` that ``src`` holds) into an empty workdir."""
+  wd.mkdir(parents=True, exist_ok=True)
+  for f in files:
+    if (src / f).exists():
+      shutil.copy2(src / f, wd / f)
+
+
+def command(args) -> str:
+  """The reproduce.py command line of ``args`` (without --jobs, --runs_dir, --only)."""
+  c = f"python scripts/reproduce.py {args.target} --preset {args.preset}"
+  if args.seeds > 1:
+    c += f" --seeds {args.seeds}"
+  if args.results_dir is not None:
+    c += f" --results_dir {args.results_dir}"
+  return c
+
+
+def note_partial(args, done: list[str], left: list[str]) -> None:
+  """results.md of a target whose runs are not all recorded yet: which are, and
+  the command that adds the rest and writes the tables."""
+  md = (f"# {args.target} ({args.preset} preset): {len(done)} of {len(done) + len(left)} runs "
+        "recorded; no tables yet\n\nThe runs were split across sittings (`--only`). Recorded "
+        "here (config.json, metrics.jsonl): " + (", ".join(done) or "none") + ".  \nStill to "
+        "run: " + ", ".join(left) + ".\n\nThe rest, then the tables: `" + command(args)
+        + " --adopt_results` (`--only NAME,...` for some of them).\n")
+  out_dir(args).mkdir(parents=True, exist_ok=True)
+  (out_dir(args) / "results.md").write_text(md)
+  print(f"{len(done)} of {len(done) + len(left)} runs recorded in {out_dir(args)}; still to run: "
+        f"{', '.join(left)}; no tables until they are", flush=True)
+
+
 def out_dir(args) -> Path:
   """<results_dir>/<target> for the paper preset, <results_dir>/<target>_<preset>
   otherwise."""
@@ -195,17 +255,12 @@ def header(args, records: list[dict], title: str) -> str:
   records = [s for r in records for s in seeds(r)]
   commits = sorted({r["git_commit"] for r in records})
   resumed = sorted({x["git_commit"] for r in records for x in r.get("resumed_with", [])})
-  command = f"python scripts/reproduce.py {args.target} --preset {args.preset}"
-  if args.seeds > 1:
-    command += f" --seeds {args.seeds}"
-  if args.results_dir is not None:
-    command += f" --results_dir {args.results_dir}"
   # The core count matters: XLA's CPU thread pool follows it, and with another
   # count some sums round differently (README, "Running experiments").
   hosts = sorted({f"{h['cpu']}, {h['cpu_threads']} core(s)" for r in records
                   for h in [r.get("host"), *(x.get("host") for x in r.get("resumed_with", []))]
                   if h})
-  return (f"# {title}\n\nCommand: `{command}`  \nCommit: {', '.join(commits)}  \n"
+  return (f"# {title}\n\nCommand: `{command(args)}`  \nCommit: {', '.join(commits)}  \n"
           + (f"Resumed or re-read by: {', '.join(resumed)}  \n" if resumed else "")
           + (f"Host: {'; '.join(hosts)}  \n" if hosts else "") +
           f"Versions: {json.dumps(records[0]['versions'])}\n\n"

@@ -25,9 +25,10 @@ init): with Xavier's alone a 12-layer unnormalized stack starts at a loss of
 A run whose loss turns NaN is a result: the run stops with exit status 3
 (the loop's NonFiniteLossError), its workdir holds diverged.json, and the
 tables say "diverged in steps a-b"; every other failure stops the target as
-scripts/paper/runs.run_all does. Runs are counted in updates (no epochs), so
-the target keeps its own copy of run_all's scheduling (``run_grid``), with a
-record finished at ``num_steps`` or at its divergence.
+scripts/paper/runs.run_all does. Runs are counted in updates (no epochs):
+runs.finished takes a record as finished at ``num_steps`` or at its
+divergence. At ~5 h the grid is split across sittings with reproduce.py's
+``--only`` and ``--adopt_results``.
 """
 
 from __future__ import annotations
