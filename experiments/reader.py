@@ -93,8 +93,8 @@ def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]
   entities = max(cq.num_entities(v) for v in qs.values())
   Tp = max(len(q.passage) for v in qs.values() for q in v)
   Tq = max(len(q.query) for v in qs.values() for q in v)
-  for k in EVAL_SPLITS:  # Metrics are sums over the split: the order is free.
-    qs[k] = sorted(qs[k], key=lambda q: len(q.passage) + len(q.query))
+  for k in EVAL_SPLITS:
+    qs[k] = eval_order(qs[k])
   arrays = {k: cq.to_arrays(v, vocab, entities, Tp, Tq) for k, v in qs.items()}
   print("questions: " + ", ".join(f"{k} {len(v)} ({dropped[k]} dropped)"
                                   for k, v in qs.items())
@@ -107,6 +107,17 @@ def load_data(config) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]
                   "passage_steps": Tp, "query_steps": Tq,
                   "entity_tokens": cq.entity_tokens(vocab, entities)
                   if config.permute_entities else None}
+
+
+def eval_questions(config, split: str) -> list[cq.Question]:
+  """An evaluation split's questions in the order of load_data's arrays."""
+  return eval_order(_questions(config, EVAL_SPLITS[split], config.num_eval)[0])
+
+
+def eval_order(questions: list[cq.Question]) -> list[cq.Question]:
+  """By length (passage + query), so that an evaluation chunk's padding can be
+  cut short; metrics are sums over the split, so the order is free."""
+  return sorted(questions, key=lambda q: len(q.passage) + len(q.query))
 
 
 def create_model(config, vocab_size: int, num_entities: int, passage_steps: int | None = None,

@@ -190,3 +190,40 @@ def test_frequency_baselines():
   assert frequency_answer(q, exclusive=True) == "@entity0"   # 2 times, not in the query
   alone = dataclasses.replace(q, passage=("@entity2", "ran"))
   assert frequency_answer(alone, exclusive=True) is None
+
+
+def test_reader_attention_analysis_counts_against_hand_values():
+  """scripts/reader_attention.analyse on two hand-made questions and attentions."""
+  from lnorm.data import cnn_questions as cq
+  from scripts import reader_attention as ra
+  q = lambda passage, query, answer: cq.Question("u", tuple(passage.split()), tuple(query.split()),
+                                                 answer, ())
+  # 1: @entity0 is the most frequent non-query entity (the baseline's answer, and right).
+  # 2: the answer @entity2 is second to @entity1 (the baseline is wrong).
+  qs = [q("@entity0 met @entity1 and @entity0", "@placeholder left", "@entity0"),
+        q("@entity1 saw @entity1 near @entity2 today", "@placeholder came", "@entity2")]
+  att = np.zeros((2, 7))
+  att[0, :5] = [0.5, 0.1, 0.1, 0.1, 0.2]      # answer mass 0.7, entity mass 0.8
+  att[1, :6] = [0.1, 0.1, 0.1, 0.1, 0.5, 0.1]  # top token is the answer (0.5)
+  assert ra.frequency_rank(qs[0]) == 1 and ra.frequency_rank(qs[1]) == 2
+  m = ra.analyse(qs, np.array([0, 2]), att)   # the reader gets both right
+  assert m["reader_accuracy"] == 1.0 and m["baseline_accuracy"] == 0.5
+  assert (m["both_right"], m["reader_only"], m["baseline_only"], m["neither"]) == (1, 1, 0, 0)
+  assert m["by_frequency_rank"]["1"] == {"questions": 1, "reader_accuracy": 1.0}
+  assert m["by_frequency_rank"]["2"] == {"questions": 1, "reader_accuracy": 1.0}
+  a = m["attention"]["right"]
+  np.testing.assert_allclose(a["answer_mass"], (0.7 + 0.5) / 2)
+  np.testing.assert_allclose(a["answer_share"], (2 / 5 + 1 / 6) / 2)
+  np.testing.assert_allclose(a["entity_mass"], (0.8 + 0.7) / 2)
+  np.testing.assert_allclose(a["entity_share"], (3 / 5 + 3 / 6) / 2)
+  assert a["top_is_answer"] == 1.0 and m["attention"]["wrong"]["answer_mass"] is None
+  assert m["max_mass_outside_passage"] == 0.0
+  m = ra.analyse(qs, np.array([1, 2]), att)   # now question 1 is wrong
+  assert (m["both_right"], m["reader_only"], m["baseline_only"]) == (0, 1, 1)
+
+
+def test_reader_attention_refuses_a_workdir_without_a_run(tmp_path, capsys):
+  from scripts import reader_attention as ra
+  assert ra.main(["--workdir", str(tmp_path)]) == 2
+  assert capsys.readouterr().err.strip() == (
+      f"error: {tmp_path / 'config.json'} not found: is {tmp_path} a reader workdir?")
