@@ -225,8 +225,11 @@ def plot_curves(records: dict[Setting, dict], c, path: Path) -> None:
   fig, axes = figures.grid(len(groups), "Byte Transformer LM: validation bpc")
   for ax, (title, runs) in zip(axes, groups.items()):
     figures.draw(ax, {k: v for k, v in runs.items() if v}, "valid_bpc", "step")
-    if ax.get_lines():  # the first evaluations (~8 bpc at init) would flatten the rest
-      ax.set_ylim(top=min(4.0, max(float(np.nanmax(l.get_ydata())) for l in ax.get_lines())))
+    if ax.get_lines():  # the first evaluations (~8 bpc at init) would flatten the rest,
+      # but a run stuck high (post-LN without warm-up) must stay in view
+      ys = [np.asarray(l.get_ydata(), float) for l in ax.get_lines()]
+      last = max(float(y[np.isfinite(y)][-1]) for y in ys if np.isfinite(y).any())
+      ax.set_ylim(top=max(min(4.0, max(float(np.nanmax(y)) for y in ys)), last + 0.15))
     ax.set(title=title, xlabel=figures.X_LABELS["step"], ylabel="validation bpc (bits / byte)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -449,7 +452,8 @@ def transformer(args) -> None:
   md += ("\nStep times: the median evaluation interval's training seconds per update, from the "
          "runs themselves (no evaluation, checkpoints or compiling); with `--jobs 2`, or other "
          "work on the machine, two runs share the cores and these times are noisier than "
-         "`python -m scripts.bench.transformer` (all variants in one process, interleaved).\n"
+         "`python -m scripts.bench.transformer` (all variants in one process, interleaved; "
+         "BENCHMARKS.md has its table, measured idle).\n"
          "\n## Divergences\n\n"
          + ("".join(f"- {n}: {o} (NaN or Inf in a training metric; metrics up to the last good "
                     "evaluation)\n" for n, o in div) if div else "None: every run finished.\n"))
