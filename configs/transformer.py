@@ -34,29 +34,20 @@ Presets:
     d_ff 2048), windows of 256, batch 64, Adam 5e-4, 4,000 warm-up updates,
     100,000 updates. Not run here.
   ``:smoke``: 3 layers of 32, windows of 16, 20 updates, for tests.
-Runtime on the 2-core CPU, with a niced two-process handwriting job sharing it
-(its times rise toward the 0.5-0.8 s an update measured on a busier machine):
-  ``python -m scripts.bench.transformer`` (train step alone, median of 5
-  interleaved samples; see scripts/bench/transformer.py):
-    12 layers: post-LN 0.335 s, pre-LN 0.366, pre-RMSNorm 0.406, none 0.329,
-               pre-LN bfloat16 0.363 (not faster on CPU); samples ranged +-30%.
-    2 layers:  0.064-0.070 s for every norm (bfloat16 0.070).
-  a pre-LN cpu run of 300 updates (12 layers): 0.28-0.32 s an update in the
-    loop, ~2.5 s an evaluation, ~40 s of data loading, compiling and the
-    step-0 gradient norms: 2m17s in all. So a 2,000-update run: ~12-14 min
-    at 12 layers (~25 min at 0.65 s an update), ~3 min at 2 layers.
-  smoke: ~20 s, most of it compiling.
-The study (15 runs a seed, scripts/paper/transformer.py), 2 seeds: ~5 h (4.6-5.5) at
-these speeds, ~9 h at 0.65 s an update; under 12 h either way.
-Expected result (the claims above; no published number at this size): pre-LN
-and pre-RMSNorm train with and without warm-up; post-LN without warm-up at the
-larger rate ends worse than with it, or diverges. At step 0 (seed 0, 12
-layers) W^2's gradient norm rises 1.8x from the first block to the last with
-post-LN and falls to 0.47x with pre-LN (0.47x pre-RMSNorm, 0.96x none). The
-300-update pilots (seed 0): pre-LN with warm-up at 3.55 validation bpc,
-post-LN without warm-up at 1e-3 stalled at 4.54 from update 200 on (its lower
-blocks' W^2 gradients ~0 after training). 2,000 updates (4M bytes, 8% of the
-training books) were not run here.
+Runtime on the 2-core CPU, idle (``python -m scripts.bench.transformer
+--repeats 7``, BENCHMARKS.md; samples range +-20%): 12 layers post-LN 0.355 s an
+update, pre-LN 0.320, pre-RMSNorm 0.295, none 0.269, pre-LN bfloat16 0.282;
+2 layers 0.055-0.062 s. The study at ``--jobs 2``: one seed's 15 runs of 2,000
+updates in 62 min (seed 1, two runs sharing the cores); both seeds ~2 h.
+smoke: ~20 s, most of it compiling.
+Expected result (results/transformer_cpu, 2 seeds; no published number at
+this size): final validation bpc at 12 layers, lr 1e-3, warm-up / none:
+post-LN 2.80 / 4.53 (stalled from the first evaluation), pre-LN 2.59 / 2.57,
+pre-RMSNorm 2.59 / 2.57, none 2.57 / 2.54; at lr 2.5e-4 without warm-up post-LN
+3.04, pre-LN 2.90; 2 layers with warm-up: post-LN 2.72, pre-LN 2.73,
+pre-RMSNorm 2.73, none 2.78; pre-LN in bfloat16 2.59. At step 0 W^2's gradient
+norm, last block over first, is 1.3-1.8x with post-LN and 0.46-0.47x with
+pre-LN.
 """
 
 import ml_collections
