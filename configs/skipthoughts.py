@@ -4,10 +4,17 @@ The uni-skip model of Kiros et al. (2015): a GRU encoder and two GRU decoders
 (previous and next sentence) conditioned on the sentence vector at every step;
 ``norm=layer`` makes all three LN-GRUs (eqs. 26-28), ``norm=none`` is the
 baseline (eqs. 23-25). Adam after global-norm clipping at 5, Kiros et al.'s
-settings. BookCorpus cannot be had here: the default corpus is the 17
-Gutenberg books in ``<data_dir>/text/gutenberg`` (59,125 training triples from
-15 books, 7,213 held-out from 2; lnorm/data/books.py), or ``text_dir`` for any
-folder of one-sentence-a-line books (BookCorpus's own files). Every evaluation
+settings. BookCorpus cannot be had here: ``corpus`` picks a stand-in
+(lnorm/data/books.py): ``gutenberg`` (the default, as before the field
+existed), the 17 Gutenberg books in ``<data_dir>/text/gutenberg`` (59,125
+training triples from 15 books, 7,213 held-out from 2); or ``novels`` (the cpu
+preset), the 99 novels of ``<data_dir>/text/novels/novels.tar.gz`` (about 9.4M
+words; about 492,000 training triples from 94 books, 7,692 updates an epoch at batch
+64; the byte LM's 5 test books held out). ``text_dir`` takes any folder of
+one-sentence-a-line books instead (BookCorpus's own files). With
+``eval_baselines`` the last evaluation also scores Table 3's baseline rows: the
+mean of the trained word embeddings (``embmean_*``) and a TF-IDF bag of words
+over the vocabulary (``tfidf_*``), with the same classifiers. Every evaluation
 records the held-out per-word NLL and the SentEval tasks of ``eval_tasks``
 (lnorm/senteval_protocol.py; data in ``<data_dir>/senteval``) in metrics.jsonl.
 
@@ -18,32 +25,53 @@ Command (one run each):
 Full evaluation of any checkpoint (10 folds, inner C selection, all tasks):
   LNORM_DATA_DIR=../shared/data python -m scripts.eval_skipthoughts --workdir runs/skip_ln
 Both runs and Table 3: python scripts/reproduce.py table3 [--preset cpu]
+Three seeds a norm, two runs at a time (Table 3 with mean ± sd and the claims
+seed by seed):
+  LNORM_DATA_DIR=../shared/data python scripts/reproduce.py table3 --preset cpu \
+      --seeds 3 --jobs 2 --results_dir results
 Presets:
   ``:paper`` (default): Kiros et al.'s model and settings: 620-d words, 2400 GRU
     units, 20,000 words, sentences of up to 30 tokens, batch 64, Adam at 2e-4
     (their code's Adam ignores the rate it is passed and uses 2e-4), clipping
     at 5. 20 epochs of the stand-in corpus (18,460 updates); the paper trained
     about 1M updates on BookCorpus (~74M sentences). A GPU run.
-  ``:cpu``: 128-d words, 256 units, 4,000 words, Adam at 1e-3, 6 epochs
-    (5,538 updates), evaluated every 923 updates (an epoch) on all five tasks
-    with 5 folds and C = 1 (no inner selection), all of SICK and up to 4,000
-    sentences of each classification set. Sized so that both runs finish in
-    one session of this 2-core machine.
+  ``:cpu``: the novels; 256-d words, 256 units, 10,000 words, Adam at 1e-3,
+    6,000 updates (0.78 of an epoch: 384,000 of the ~492,000 training triples,
+    none seen twice), evaluated every 1,500 updates on all five tasks with 5
+    folds and C = 1 (no inner selection), all of SICK and up to 4,000
+    sentences of each classification set; the baselines at the end. Sized
+    so that 3 seeds a norm (6 runs, 2 at a time) take about 10 h on this
+    2-core machine (below). Results made before the novels (results/table3_cpu:
+    Gutenberg, 128-d words, 4,000 words, 6 epochs = 5,538 updates) are of
+    that older preset; ``--config.corpus=gutenberg --config.embed_dim=128
+    --config.vocab_size=4000 --config.num_steps=0 --config.num_epochs=6
+    --config.eval_every_steps=923`` gives it back.
   ``:smoke``: a tiny model, 200 updates on the first 6,400 triples, SICK and MR
+    (the baselines too: cheap at 500 words),
     on 2 folds, for tests.
 Runtime, on the 2-core CPU:
   paper: not measured (a GPU run; on this CPU expect many seconds an update).
-  cpu:   0.75 s an update for either norm with the two runs side by side on
-         the 2 cores and nothing else (tqdm's rate); the committed runs, with
-         other jobs at times, took 1h24m (none) and 1h31m (layer) of training,
-         about 2 h each with their 6 evaluations.
+  cpu:   measured "loaded" (tqdm's rate, norm=layer, on the novels, with two
+         other CPU-bound training jobs on the 2 cores, i.e. about what one run
+         meets with a second run beside it): 1.05 s an update for the older
+         128-d / 256-unit / 4,000-word model, 2.2 s for this preset's
+         256 / 256 / 10,000 (2.98 s with 384 units, about 4 s expected at
+         20,000 words: the output layer dominates). Before the novels, the
+         older model took 0.75 s with two runs side by side and nothing else,
+         1.4 times faster than loaded; so expect about 1.6 s an update here:
+         6,000 updates 2h40m, plus about 2 minutes reading the novels and 4
+         evaluations of about 6 minutes, the baselines at the last one
+         (measured loaded: TF-IDF 11 min, embedding mean 10 min, nearly all
+         of it SICK's 9 C values): about 3h30m a run, 3 rounds of 2 runs
+         about 10.5 h for --seeds 3 --jobs 2. With other jobs on the machine as when
+         measured (2.2 s), about 4 h a run, 12-13 h in all.
   smoke: a few minutes, most of it compiling and evaluating SICK.
 Paper's result (Table 3, Figure 3; uni-skip, 2400 units, BookCorpus, about 1M
 updates): with LN, SICK r and rho are higher and MSE lower, and MR, CR, SUBJ and
 MPQA accuracies higher, than without; LN also improves faster along training.
 Its rows are printed above ours in results.md (``scripts/paper/table3.PAPER_TABLE3``). On 1.4M
 tokens of Gutenberg the absolute numbers cannot come near the paper's; the
-comparison between the two norms can still be made. Ours (the cpu preset,
+comparison between the two norms can still be made. Ours (the older cpu preset,
 results/table3_cpu, one seed, on the stand-in): LN's held-out NLL is lower at
 every evaluation (4.034 against 4.146 at the end), but its vectors are not
 better: SICK r 0.596 against 0.621, SUBJ 74.9 against 78.9, MR, CR and MPQA
@@ -61,10 +89,12 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.norm = "layer"              # none (GRU, eqs. 23-25) | layer (LN-GRU, eqs. 26-28)
   c.seed = 0                    # PRNG seed: init and shuffling; the CV folds use seed + 1111
   c.batch_size = 64             # triples per update (Kiros et al.'s)
-  c.num_epochs = 20             # passes over the training triples
+  c.num_epochs = 20             # passes over the training triples (unless num_steps)
+  c.num_steps = 0               # updates in the run, if > 0 (instead of num_epochs)
   c.learning_rate = 2e-4        # Adam's rate (Kiros et al.'s code: 2e-4)
   c.data_dir = ""               # '' = $LNORM_DATA_DIR, else ~/.cache/lnorm/data; holds text/gutenberg and senteval
-  c.text_dir = ""               # '' = the Gutenberg books; else a folder of *.txt books, one sentence a line
+  c.corpus = "gutenberg"        # gutenberg (17 books, text/gutenberg) | novels (99 novels, text/novels/novels.tar.gz)
+  c.text_dir = ""               # '' = the corpus above; else a folder of *.txt books, one sentence a line (corpus gutenberg)
   c.heldout_books = "austen-persuasion.txt,chesterton-thursday.txt"  # held-out file names in text_dir
   c.num_train = 0               # training triples used (the first N, in book order); 0 = all
   c.vocab_size = 20000          # words incl. PAD, EOS, UNK; the most frequent training tokens
@@ -82,11 +112,14 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.eval_folds = 10             # cross-validation folds (MR, CR, SUBJ, MPQA)
   c.eval_inner_folds = 5        # inner folds to choose C on the training folds; 0 = C = 1
   c.eval_max_examples = 0       # sentences per classification set (a seeded subset); 0 = all
+  c.eval_baselines = True       # at the last evaluation also score embmean_* (mean of the trained
+                                # word embeddings) and tfidf_* (TF-IDF bag of words) on eval_tasks
   if preset == "paper":
     pass
   elif preset == "cpu":
-    c.embed_dim, c.features, c.vocab_size, c.learning_rate = 128, 256, 4000, 1e-3
-    c.num_epochs, c.eval_every_steps, c.steps_per_call = 6, 923, 50
+    c.corpus = "novels"
+    c.embed_dim, c.features, c.vocab_size, c.learning_rate = 256, 256, 10000, 1e-3
+    c.num_steps, c.eval_every_steps, c.steps_per_call = 6000, 1500, 50
     c.eval_folds, c.eval_inner_folds, c.eval_max_examples = 5, 0, 4000
   elif preset == "smoke":
     c.embed_dim, c.features, c.vocab_size, c.max_len, c.batch_size = 16, 32, 500, 12, 32

@@ -6,7 +6,11 @@ sentence triples (lnorm/data/books.py) with Adam after global-norm gradient
 clipping, as Kiros et al.'s code does. Every evaluation records the held-out
 books' per-word NLL and the SentEval tasks of ``config.eval_tasks``
 (lnorm/senteval_protocol.py) into metrics.jsonl, so that Figure 3's curves are the
-``SICK_r``, ``MR_acc``, ... columns against ``step``.
+``SICK_r``, ``MR_acc``, ... columns against ``step``. With ``config.eval_baselines``
+the last evaluation also scores two encoders without the GRU on the same tasks
+(lnorm/skipthoughts.py): the mean of the trained word embeddings
+(``embmean_<metric>``, e.g. ``embmean_SICK_r``) and a TF-IDF bag of words over
+the vocabulary, its idf from the training sentences (``tfidf_<metric>``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ from lnorm.data import books
 from lnorm.skipthoughts import NORMS, SkipThoughts
 
 
+CORPORA = ("gutenberg", "novels")  # books.load_gutenberg, books.load_novels
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   check_common(config, NORMS)
   at_least(config, 1, "vocab_size", "embed_dim", "features", "eval_batch_size")
@@ -36,7 +43,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(config.max_len >= 2, f"max_len={config.max_len} must be at least 2")
   positive(config, "eps")
   off_or_more(config, "grad_clip_norm")
-  at_least(config, 0, "num_train", "num_heldout")
+  at_least(config, 0, "num_train", "num_heldout", "num_steps")
+  check(config.corpus in CORPORA,
+        f"corpus={config.corpus!r} is not valid; choose one of: {', '.join(CORPORA)}")
+  check(not (config.text_dir and config.corpus != "gutenberg"),
+        f"text_dir={config.text_dir!r} replaces the gutenberg books; it cannot be given "
+        f"with corpus={config.corpus!r}")
   bad = [t for t in config.eval_tasks.split(",") if t and t not in senteval_protocol.TASKS]
   check(not bad, f"eval_tasks has {bad}; choose from: {', '.join(senteval_protocol.TASKS)}")
   check(config.eval_folds >= 2, f"eval_folds={config.eval_folds} must be at least 2")
@@ -54,11 +66,13 @@ def tasks(config) -> tuple[str, ...]:
 
 
 def load_corpus(config) -> books.Corpus:
-  """The Gutenberg books, or any directory of one-sentence-a-line books."""
+  """The Gutenberg books, the novels, or any directory of one-sentence-a-line books."""
   if config.text_dir:
     held = tuple(h for h in config.heldout_books.split(",") if h)
     train, heldout = books.split_books(books.book_files(config.text_dir), held)
     corpus = books.load_corpus(train, heldout, config.vocab_size, config.max_len)
+  elif config.corpus == "novels":
+    corpus = books.load_novels(config.data_dir, config.vocab_size, config.max_len)
   else:
     corpus = books.load_gutenberg(config.data_dir, config.vocab_size, config.max_len)
   if config.num_train:
@@ -130,22 +144,35 @@ def heldout_nll(model: SkipThoughts, params: Any, triples: books.Triples, n: int
 
 
 def evaluate(model: SkipThoughts, params: Any, vocab: books.Vocab, config,
-             corpus: books.Corpus | None = None, senteval_data: Any = None
-             ) -> dict[str, float]:
+             corpus: books.Corpus | None = None, senteval_data: Any = None,
+             baselines: bool = False) -> dict[str, float]:
   """Held-out NLL (if ``corpus``) and the SentEval metrics of ``config.eval_tasks``
-  (on ``senteval_data``, what ``senteval_protocol.load`` read, or the files)."""
+  (on ``senteval_data``, what ``senteval_protocol.load`` read, or the files);
+  with ``baselines`` (and ``corpus``, whose training sentences fit TF-IDF's
+  idf) also those of the two baseline encoders, prefixed ``embmean_``, ``tfidf_``."""
   out = {}
   if corpus is not None and len(corpus.heldout):
     out["heldout_nll"] = heldout_nll(model, params, corpus.heldout, config.num_heldout,
                                      config.eval_batch_size)
-  if tasks(config):
-    encode = skipthoughts.make_encoder(model, params, vocab, batch_size=config.eval_batch_size,
-                                       max_len=config.eval_max_len)
-    inner = config.eval_inner_folds
-    out |= senteval_protocol.evaluate(encode, tasks(config), config.data_dir, n_folds=config.eval_folds,
-                             inner_folds=max(inner, 2), Cs=senteval_protocol.CS if inner else (1.0,),
-                             max_examples=config.eval_max_examples, seed=config.seed + 1111,
-                             loaded=senteval_data)
+  if not tasks(config):
+    return out
+  inner = config.eval_inner_folds
+  score = functools.partial(
+      senteval_protocol.evaluate, tasks=tasks(config), data_dir=config.data_dir,
+      n_folds=config.eval_folds, inner_folds=max(inner, 2),
+      Cs=senteval_protocol.CS if inner else (1.0,), max_examples=config.eval_max_examples,
+      seed=config.seed + 1111, loaded=senteval_data)
+  out |= score(skipthoughts.make_encoder(model, params, vocab, batch_size=config.eval_batch_size,
+                                         max_len=config.eval_max_len))
+  if baselines and corpus is not None:
+    # The same folds, classifiers and sentences (the same seed), other vectors.
+    encoders = {"embmean": skipthoughts.make_embedding_mean_encoder(
+                    params, vocab, max_len=config.eval_max_len),
+                # idf from every training sentence, as the model read it (max_len)
+                "tfidf": skipthoughts.make_tfidf_encoder(
+                    vocab, corpus.train.tokens, max_len=config.eval_max_len)}
+    for prefix, encode in encoders.items():
+      out |= {f"{prefix}_{k}": v for k, v in score(encode).items()}
   return out
 
 
@@ -159,12 +186,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Train
     keys = ts.named_keys(config.seed, "init", "train")
     model = create_model(config, len(corpus.vocab))
     train = feed(corpus.train, keys["train"], config.batch_size)
+    num_steps = config.num_steps or config.num_epochs * train.steps_per_epoch
     return loop.Task(
         state=create_train_state(config, len(corpus.vocab), keys["init"]),
         train_step=functools.partial(train_step, model), feed=train,
-        evaluate=lambda state: evaluate(model, state.params, corpus.vocab, config, corpus,
-                                        senteval_data),
-        num_steps=config.num_epochs * train.steps_per_epoch,
+        # The baselines do not change along training but for the embeddings:
+        # scored once, at the end.
+        evaluate=lambda state: evaluate(
+            model, state.params, corpus.vocab, config, corpus, senteval_data,
+            baselines=config.eval_baselines and int(state.step) >= num_steps),
+        num_steps=num_steps,
         steps_per_epoch=train.steps_per_epoch, examples_per_step=config.batch_size,
         show=("train_nll", "heldout_nll") + (("SICK_r",) if "SICK" in tasks(config) else ())
         + (("MR_acc",) if "MR" in tasks(config) else ()))

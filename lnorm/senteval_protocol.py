@@ -22,6 +22,13 @@ skip-thoughts papers do it, for any ``encode(list[str]) -> (N, D) array``.
   logistic regression fits it exactly with each pair repeated once per
   non-zero class, weighted by its probability. C is chosen on SICK trial by
   Pearson r; trained on SICK train; Pearson r, Spearman rho and MSE on test.
+
+Features may be dense arrays or scipy.sparse matrices (a bag of words: tens of
+thousands of columns, nearly all zero). Dense ones are cast to float64 and
+handled exactly as before; sparse ones stay sparse (CSR, float64): they are
+scaled by the training rows' standard deviation without centring
+(``StandardScaler(with_mean=False)``, since centring would make them dense),
+and their SICK pair features ``[|u - v|, u * v]`` are built sparse.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import sparse, stats
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
@@ -40,7 +47,8 @@ from sklearn.preprocessing import StandardScaler
 
 from lnorm.data import senteval as data
 
-Encoder = Callable[[list[str]], np.ndarray]
+Features = np.ndarray | sparse.spmatrix | sparse.sparray  # (N, D)
+Encoder = Callable[[list[str]], Features]
 TASKS = data.TASKS
 CS = tuple(2.0 ** t for t in range(-2, 4))
 SICK_CS = tuple(2.0 ** t for t in range(-6, 3))
@@ -85,8 +93,16 @@ def folds(y: np.ndarray, n_folds: int, seed: int, groups: np.ndarray | None = No
   return list(cv.split(np.zeros(len(y)), y, groups))
 
 
-def _standardize(train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
-  sc = StandardScaler().fit(train)
+def as_features(X: Features) -> Features:
+  """float64 (N, D): a dense array, or a sparse matrix as CSR (row slicing)."""
+  if sparse.issparse(X):
+    return sparse.csr_matrix(X, dtype=np.float64)
+  return np.asarray(X, np.float64)
+
+
+def _standardize(train: Features, *others: Features) -> list[Features]:
+  # Centring a sparse matrix would fill it: sparse features are only scaled.
+  sc = StandardScaler(with_mean=not sparse.issparse(train)).fit(train)
   return [sc.transform(train)] + [sc.transform(o) for o in others]
 
 
@@ -101,11 +117,11 @@ def _select_C(X, y, Cs, inner_folds, seed, groups) -> float:
   return Cs[int(np.argmax(score))]
 
 
-def classification_cv(X: np.ndarray, y: np.ndarray, *, n_folds: int = 10,
+def classification_cv(X: Features, y: np.ndarray, *, n_folds: int = 10,
                       inner_folds: int = 5, Cs: Sequence[float] = CS, seed: int = 1111,
                       groups: np.ndarray | None = None) -> dict[str, float]:
   """``acc`` (mean test-fold accuracy), ``acc_std`` (over folds), ``C`` (median)."""
-  X, y = np.asarray(X, np.float64), np.asarray(y)
+  X, y = as_features(X), np.asarray(y)
   accs, chosen = [], []
   for tr, te in folds(y, n_folds, seed, groups):
     g = None if groups is None else groups[tr]
@@ -124,24 +140,28 @@ def min_examples(n_folds: int, inner_folds: int = 0) -> int:
   return 10 * n_folds * max(inner_folds, 1)
 
 
-def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+def pair_features(u: Features, v: Features) -> Features:
+  """``[|u - v|, u * v]``, (N, 2 D); sparse (CSR) if u and v are."""
+  if sparse.issparse(u) or sparse.issparse(v):
+    u, v = sparse.csr_matrix(u), sparse.csr_matrix(v)
+    return sparse.hstack([abs(u - v), u.multiply(v)], format="csr")
   return np.concatenate([np.abs(u - v), u * v], axis=-1)
 
 
-def _soft_fit(X: np.ndarray, y: np.ndarray, C: float, seed: int) -> LogisticRegression:
+def _soft_fit(X: Features, y: np.ndarray, C: float, seed: int) -> LogisticRegression:
   p = score_distribution(y)
   rows, cls = np.nonzero(p > 0)
   return _fit(X[rows], cls + 1, C, seed, sample_weight=p[rows, cls])
 
 
-def _predict(clf: LogisticRegression, X: np.ndarray) -> np.ndarray:
-  p = np.zeros((len(X), NUM_SCORES))
+def _predict(clf: LogisticRegression, X: Features) -> np.ndarray:
+  p = np.zeros((X.shape[0], NUM_SCORES))
   p[:, clf.classes_ - 1] = clf.predict_proba(X)  # a class absent from training stays 0
   return expected_score(p)
 
 
-def sick(train: tuple[np.ndarray, np.ndarray], trial: tuple[np.ndarray, np.ndarray],
-         test: tuple[np.ndarray, np.ndarray], *, Cs: Sequence[float] = SICK_CS,
+def sick(train: tuple[Features, np.ndarray], trial: tuple[Features, np.ndarray],
+         test: tuple[Features, np.ndarray], *, Cs: Sequence[float] = SICK_CS,
          seed: int = 1111) -> dict[str, float]:
   """Each split is (pair features, scores). ``r``, ``rho``, ``mse`` on test;
   ``trial_r`` and ``C`` of the selected model."""
@@ -182,8 +202,9 @@ def evaluate(encode: Encoder, tasks: Sequence[str] = TASKS,
              sick_Cs: Sequence[float] = SICK_CS, group_duplicates: bool = True,
              max_examples: int = 0, seed: int = 1111,
              loaded: Mapping[str, Any] | None = None) -> dict[str, float]:
-  """Flat metrics: ``SICK_r``, ``SICK_rho``, ``SICK_mse``, ``<task>_acc``,
-  ``<task>_acc_std``, and ``<task>_seconds``. ``max_examples`` > 0 evaluates
+  """Flat metrics of ``encode`` (dense or sparse (N, D) features): ``SICK_r``,
+  ``SICK_rho``, ``SICK_mse``, ``<task>_acc``, ``<task>_acc_std``, and
+  ``<task>_seconds``. ``max_examples`` > 0 evaluates
   a seeded random subset of each classification set (SICK always whole).
   ``loaded`` is what :func:`load` returned; without it the files are read here."""
   loaded = load(tasks, data_dir) if loaded is None else loaded
@@ -193,8 +214,7 @@ def evaluate(encode: Encoder, tasks: Sequence[str] = TASKS,
     if task == "SICK":
       feats = {}
       for name, (a, b, y) in loaded["SICK"].items():
-        feats[name] = (pair_features(np.asarray(encode(a), np.float64),
-                                     np.asarray(encode(b), np.float64)), y)
+        feats[name] = (pair_features(as_features(encode(a)), as_features(encode(b))), y)
       m = sick(feats["train"], feats["trial"], feats["test"], Cs=sick_Cs, seed=seed)
       out |= {"SICK_r": m["r"], "SICK_rho": m["rho"], "SICK_mse": m["mse"]}
     else:

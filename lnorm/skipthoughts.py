@@ -18,6 +18,14 @@ The GRUs are ``recurrent.GRU``, the paper's variant (the reset gate scales
 U h, eq. 24), not Kiros et al.'s U (r * h); the decoders get u through its
 ``context``. Where a sentence has ended (PAD), the encoder's state is kept
 and the decoders' outputs are 0, which the loss does not count.
+
+Two baselines for what the GRU encoder adds (Table 3's baseline rows), over
+the same tokens (``Vocab.encode``, cut to ``max_len - 1`` words) and the
+same vocabulary: ``make_embedding_mean_encoder``, the mean of the model's own
+trained word embeddings over a sentence's words (UNK counts as a word, PAD
+and EOS do not), and ``make_tfidf_encoder``, a TF-IDF bag of words
+(scikit-learn's ``TfidfTransformer``: smoothed idf, l2-normalised rows) whose
+idf comes from the training sentences.
 """
 
 from __future__ import annotations
@@ -30,9 +38,11 @@ import numpy as np
 from flax import linen as nn
 from flax.linen import initializers
 from flax.typing import Array
+from scipy import sparse
+from sklearn.feature_extraction.text import TfidfTransformer
 
 from lnorm import norms
-from lnorm.data.books import PAD, Vocab
+from lnorm.data.books import EOS, PAD, Vocab
 from lnorm.recurrent import GRU
 
 NORMS = norms.supported("none", "layer")
@@ -119,3 +129,51 @@ def make_encoder(model: SkipThoughts, params, vocab: Vocab, *, batch_size: int =
     return out
 
   return encode
+
+
+def word_counts(tokens_NxT: np.ndarray, vocab_size: int) -> sparse.csr_matrix:
+  """float64 CSR (N, V): how often each word id occurs in each row; PAD and
+  EOS are not words and are left out (their columns stay 0)."""
+  tokens_NxT = np.asarray(tokens_NxT)
+  rows, cols = np.nonzero(tokens_NxT > EOS)  # PAD = 0 and EOS = 1 sort below every word
+  ids = tokens_NxT[rows, cols]
+  # csr_matrix sums duplicate (row, id) entries: a count per word.
+  return sparse.csr_matrix((np.ones(len(ids)), (rows, ids)),
+                           shape=(tokens_NxT.shape[0], vocab_size))
+
+
+def make_embedding_mean_encoder(params, vocab: Vocab, *, max_len: int = 64
+                                ) -> Callable[[list[str]], np.ndarray]:
+  """``encode(sentences) -> float64 (N, E)``: the mean of the trained word
+  embeddings (``params['embed']['embedding']``) over each sentence's words;
+  a sentence without words gets 0."""
+  emb_VxE = np.asarray(params["embed"]["embedding"], np.float64)
+  check_vocab(vocab, emb_VxE.shape[0])
+
+  def encode(sentences: list[str]) -> np.ndarray:
+    c_NxV = word_counts(vocab.encode(list(sentences), max_len), len(vocab))
+    n_N = np.asarray(c_NxV.sum(1)).ravel()
+    return (c_NxV @ emb_VxE) / np.maximum(n_N, 1.0)[:, None]
+
+  return encode
+
+
+def make_tfidf_encoder(vocab: Vocab, train_tokens_NxT: np.ndarray, *, max_len: int = 64
+                       ) -> Callable[[list[str]], sparse.csr_matrix]:
+  """``encode(sentences) -> float64 CSR (N, V)``: TF-IDF of the vocabulary's
+  words, the idf fitted on ``train_tokens_NxT`` (the training sentences' ids,
+  e.g. ``Triples.tokens``): tf = the count, idf = ln((1 + n) / (1 + df)) + 1,
+  each row scaled to unit l2 norm (scikit-learn's defaults)."""
+  tfidf = TfidfTransformer().fit(word_counts(train_tokens_NxT, len(vocab)))
+
+  def encode(sentences: list[str]) -> sparse.csr_matrix:
+    return sparse.csr_matrix(tfidf.transform(
+        word_counts(vocab.encode(list(sentences), max_len), len(vocab))))
+
+  return encode
+
+
+def check_vocab(vocab: Vocab, vocab_size: int) -> None:
+  if len(vocab) != vocab_size:
+    raise ValueError(f"the vocabulary has {len(vocab)} words but the model's embedding "
+                     f"{vocab_size}")

@@ -93,3 +93,75 @@ def test_default_split_is_documented():
   assert len(books.HELDOUT_BOOKS) == 2
   for name in books.HELDOUT_BOOKS:
     assert name in books.__doc__
+
+
+def test_split_sentences_keeps_abbreviations_initials_and_lower_case_continuations():
+  got = books.split_sentences(
+      '"Ah! poor Miss Taylor! \'Tis a sad business." Mr. Knightley came in. J. W. Arrowsmith '
+      'said so! "Why?" he asked. (It was late.) Then I. Then Dr. Perry and St. Paul? Yes!!! '
+      'No... Well? ok')
+  assert got == ['"Ah! poor Miss Taylor!', '\'Tis a sad business."', "Mr. Knightley came in.",
+                 "J. W. Arrowsmith said so!", '"Why?" he asked.', "(It was late.)", "Then I.",
+                 "Then Dr. Perry and St. Paul?", "Yes!!!", "No...", "Well? ok"]
+  assert books.split_sentences("  ") == []
+
+
+def _novels_tar(root, texts):
+  """<root>/text/novels/novels.tar.gz holding novels/<name> for each of ``texts``."""
+  import io
+  import tarfile
+  path = root / books.NOVELS
+  path.parent.mkdir(parents=True)
+  with tarfile.open(path, "w:gz") as tar:
+    for name, text in texts.items():
+      data = text.encode("utf-8")
+      info = tarfile.TarInfo(f"novels/{name}")
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+  return path
+
+
+_NOVEL_A = ("Produced by Someone, www.example.org\n\nCHAPTER I\n\nThe cat sat. The dog\n"
+            "ran--far away. Mr. Smith\nsaw it!\n\n[Illustration: a dog]\n\n"
+            '"Was it _very_ far?" she asked. It was.\n')
+_NOVEL_B = "One dog. Two cats. Three birds.\n"
+_NOVEL_C = "Held one. Held two. Held three. Held four.\n"
+
+
+def test_novels_are_cleaned_split_into_sentences_and_held_out_by_name(tmp_path):
+  _novels_tar(tmp_path, {"austen_emma.txt": _NOVEL_A, "b_two.txt": _NOVEL_B,
+                         "c_held.txt": _NOVEL_C})
+  assert books.novel_sentences(_NOVEL_A) == [
+      "CHAPTER I", "The cat sat.", "The dog ran -- far away.", "Mr. Smith saw it!",
+      '"Was it very far?" she asked.', "It was."]
+  c = books.load_novels(tmp_path, vocab_size=100, max_len=8, heldout=("c_held.txt",))
+  assert c.train.documents == ("austen_emma.txt", "b_two.txt")
+  assert c.heldout.documents == ("c_held.txt",)
+  # 6 + 3 training sentences, 4 held-out; a triple per sentence with two neighbours.
+  assert c.train.tokens.shape == (9, 8) and c.heldout.tokens.shape == (4, 8)
+  assert len(c.train) == 4 + 1 and len(c.heldout) == 2
+  assert _triples_as_words(c.train, c.vocab)[1] == (
+      "the cat sat .", "the dog ran -- far away .", "mr . smith saw it !")
+  assert _triples_as_words(c.train, c.vocab)[-1] == ("one dog .", "two cats .", "three birds .")
+  assert _triples_as_words(c.heldout, c.vocab)[0][0] == "<unk> one ."  # 'held' is no training word
+  assert "held" not in c.vocab.words and "www" not in c.vocab.words
+  assert "very" in c.vocab.words and "illustration" not in c.vocab.words
+
+
+def test_novels_split_errors_are_one_line(tmp_path):
+  _novels_tar(tmp_path, {"austen_emma.txt": _NOVEL_B, "carroll_alice.txt": _NOVEL_B,
+                         "c_held.txt": _NOVEL_C})
+  # A book also in text/gutenberg may not be held out while another one trains.
+  with pytest.raises(DataError, match="austen_emma.txt, carroll_alice.txt are also in "
+                     "text/gutenberg: hold out all of them or none, not carroll_alice.txt alone"):
+    books.load_novels(tmp_path, heldout=("carroll_alice.txt",))
+  c = books.load_novels(tmp_path, heldout=("carroll_alice.txt", "austen_emma.txt"))
+  assert c.train.documents == ("c_held.txt",)
+  with pytest.raises(DataError, match="held-out books nope.txt not among its 3 books"):
+    books.load_novels(tmp_path, heldout=("nope.txt",))
+  with pytest.raises(DataError, match="novels.tar.gz not found"):
+    books.load_novels(tmp_path / "nowhere")
+  # By default the byte LM's test books are held out, and the four books
+  # shared with text/gutenberg all train.
+  assert books.NOVELS_HELDOUT == books.bytes_lm.TEST_BOOKS
+  assert not set(books.NOVELS_HELDOUT) & set(books.NOVELS_IN_GUTENBERG)

@@ -453,3 +453,96 @@ def test_only_names_runs_of_the_target(tmp_path, capsys):
     reproduce.main(["geometry", "--only", "x"])
   assert stop.value.code == 2
   assert "geometry trains none" in capsys.readouterr().err
+
+
+class FakeSkipRun(FakeRun):
+  """A skip-thoughts run, 3 evaluations of 100 updates: LN's held-out NLL is
+  lower at each; its final MR better by 1 point in every seed; its final SICK
+  r better by 0.02 (1 - seed): better, equal, worse. The last record holds
+  the baselines' scores (TF-IDF: seed-dependent SICK r, the same in both norms)."""
+
+  def __init__(self, cmd, **_):
+    FakeRun.commands.append(cmd)
+    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
+    config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
+    seed = int(config.setdefault("seed", 0))
+    wd = Path(flags["workdir"])
+    wd.mkdir(parents=True)
+    full = __import__("configs.skipthoughts", fromlist=["x"]).get_config("smoke").to_dict()
+    (wd / "config.json").write_text(json.dumps(
+        {"config": {**json.loads(json.dumps(full)), **config, "seed": seed},
+         "git_commit": "abc", "versions": {"jax": "x"}}))
+    ln = config["norm"] == "layer"
+    recs = []
+    for i in (1, 2, 3):
+      r = {"step": 100 * i, "epoch": i, "examples_per_sec": 32.0,
+           "heldout_nll": (4.9 - 0.25 * i if ln else 5.0 - 0.2 * i) + 0.01 * seed,
+           "SICK_r": 0.5 + 0.05 * i + (0.02 * (1 - seed) if ln else 0.0),
+           "SICK_mse": 0.6 - 0.05 * i - (0.02 if ln else 0.0),
+           "MR_acc": 0.6 + 0.01 * i + (0.01 if ln else 0.0)}
+      if i == 3:
+        r |= {"tfidf_SICK_r": 0.4 + 0.01 * seed, "tfidf_SICK_mse": 0.8, "tfidf_MR_acc": 0.62,
+              "embmean_SICK_r": 0.45, "embmean_SICK_mse": 0.7, "embmean_MR_acc": 0.55}
+      recs.append(r)
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    self.returncode = 0
+
+
+def test_table3_with_seeds_gives_mean_and_sd_baseline_rows_and_claims_seed_by_seed(
+    tmp_path, monkeypatch):
+  from scripts import reproduce
+  from scripts.paper import runs
+  FakeRun.commands = []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeSkipRun)
+  reproduce.main(["table3", "--preset", "smoke", "--seeds", "3", "--runs_dir",
+                  str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")])
+  assert [next(a for a in c if a.startswith("--workdir=")).rsplit("/", 1)[-1]
+          for c in FakeRun.commands] == ["none", "none_seed1", "none_seed2", "layer",
+                                         "layer_seed1", "layer_seed2"]
+  out = tmp_path / "res" / "table3_smoke"
+  assert (out / "fig3.png").read_bytes().startswith(b"\x89PNG")
+  lines = (out / "results.md").read_text().splitlines()
+  assert lines[lines.index("| run | updates | heldout NLL | SICK r | SICK MSE | MR | s / update |")
+               + 1:][5:10] == [
+      "| Ours (GRU), Gutenberg stand-in | 300 | 4.410 ± 0.010 | 0.650 ± 0.000 | 0.450 ± 0.000 "
+      "| 63.0 ± 0.0 | 1.000 ± 0.000 |",  # smoke: batch 32 at 32 triples a second
+      "| Ours (LN-GRU), Gutenberg stand-in | 300 | 4.160 ± 0.010 | 0.650 ± 0.020 | 0.430 ± 0.000 "
+      "| 64.0 ± 0.0 | 1.000 ± 0.000 |",
+      "| baseline: TF-IDF bag of words, Gutenberg stand-in vocabulary | 300 | | 0.410 ± 0.010 "
+      "| 0.800 ± 0.000 | 62.0 ± 0.0 | |",
+      "| baseline: mean of trained word embeddings (GRU), Gutenberg stand-in | 300 | | "
+      "0.450 ± 0.000 | 0.700 ± 0.000 | 55.0 ± 0.0 | |",
+      "| baseline: mean of trained word embeddings (LN-GRU), Gutenberg stand-in | 300 | | "
+      "0.450 ± 0.000 | 0.700 ± 0.000 | 55.0 ± 0.0 | |"]
+  assert "Seeds: 3 per run." in "\n".join(lines)
+  row = lambda start: next(l for l in lines if l.startswith(start))
+  # Held-out NLL, seed s: LN 4.9 - 0.25 i + 0.01 s against 5.0 - 0.2 i + 0.01 s.
+  assert row("| LN trains faster | evaluations") == (
+      "| LN trains faster | evaluations at which LN's held-out NLL is lower | 3 of 3 / 3 of 3 / "
+      "3 of 3 | lower at most evaluations in 3 of 3 | -0.250 ± 0.000 |")
+  # The baseline's final NLL (4.40 + 0.01 s) is reached by LN at update 200 (4.40 + 0.01 s).
+  assert row("| LN trains faster | update") .split(" | ")[2:4] == [
+      "200 vs 300 / 200 vs 300 / 200 vs 300", "sooner in 3 of 3; 67%; 67%; 67% of the baseline's updates"]
+  assert row("| LN scores better downstream (SICK r) |").split(" | ")[2:] == [
+      "0.670 vs 0.650 / 0.650 vs 0.650 / 0.630 vs 0.650", "LN better in 1 of 3", "0.000 ± 0.020 |"]
+  assert row("| LN scores better downstream (MR) |").split(" | ")[3:] == [
+      "LN better in 3 of 3", "1.0 ± 0.0 |"]
+  assert row("| LN scores better downstream (SICK MSE) |").split(" | ")[3] == "LN better in 3 of 3"
+  # Matched updates, mean ± sd over seeds; LN better at every evaluation in MR.
+  assert row("| 200 |").startswith("| 200 | 4.610 ± 0.010 / 4.410 ± 0.010 | 0.600 ± 0.000 / ")
+  assert row("| MR | 3 of 3 |") == "| MR | 3 of 3 | 300 | 200 |"
+  # What the GRU adds over each baseline, seed by seed.
+  assert row("| SICK r | 0.240") == ("| SICK r | 0.240 ± 0.010 (3 of 3) | 0.240 ± 0.030 (3 of 3) "
+                                     "| 0.200 ± 0.000 (3 of 3) | 0.200 ± 0.020 (3 of 3) |")
+
+
+def test_table3_renders_the_committed_one_seed_runs_without_baselines():
+  from experiments.runner import figures
+  from scripts.paper import table3
+  rec = REPO / "results" / "table3_cpu"
+  ms = {n: figures.read_metrics(rec / n) for n in ("none", "layer")}
+  c = json.loads((rec / "none" / "config.json").read_text())["config"]
+  md = table3.skip_tables(ms, c)
+  assert "baseline:" not in md and "| Ours (GRU), Gutenberg stand-in | 5538 |" in md
+  assert "| LN trains faster | evaluations at which LN's held-out NLL is lower |" in md
+  assert table3.gru_vs_baselines({n: [m] for n, m in ms.items()}, ["SICK_r"]) == ""

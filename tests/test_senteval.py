@@ -151,3 +151,41 @@ def test_min_examples_keeps_both_classes_in_every_fold(folds, inner):
   # Fewer examples than folds is what sklearn refuses (the guard's reason).
   with pytest.raises(ValueError):
     senteval_protocol.classification_cv(X[:folds - 1], y[:folds - 1], n_folds=folds, Cs=(1.0,))
+
+
+def test_sparse_features_give_what_the_same_dense_ones_give():
+  from scipy import sparse
+  rng = np.random.default_rng(5)
+  # A bag of words: 60 columns, ~90% zeros, one column tells the class apart.
+  X = rng.poisson(0.1, size=(200, 60)).astype(np.float64)
+  y = rng.integers(0, 2, 200)
+  X[:, 0] += 2 * y  # a margin: no row near the boundary, where solvers may differ
+  X[:5, 0] += 2 * (1 - y[:5])  # and a few rows on the wrong side
+  S = sparse.csr_matrix(X)
+  # Scaling without centring changes only the (unpenalised) intercept, so the
+  # sparse path fits the same classifier as the dense one.
+  for kw in ({"Cs": (1.0,)}, {"inner_folds": 3}):
+    dense = senteval_protocol.classification_cv(X, y, n_folds=5, **kw)
+    sp = senteval_protocol.classification_cv(S, y, n_folds=5, **kw)
+    assert sp["acc"] == dense["acc"] and sp["C"] == dense["C"]
+    assert 0.9 < dense["acc"] < 1.0
+  u, v = X[:100], X[100:]
+  pf = senteval_protocol.pair_features(sparse.csr_matrix(u), sparse.csr_matrix(v))
+  assert sparse.issparse(pf) and pf.format == "csr"
+  np.testing.assert_array_equal(pf.toarray(), np.hstack([np.abs(u - v), u * v]))
+  np.testing.assert_array_equal(senteval_protocol.pair_features(u, v),
+                                np.hstack([np.abs(u - v), u * v]))
+
+  def split(n):
+    a = rng.poisson(0.3, size=(n, 20)).astype(np.float64)
+    b = np.where(rng.random((n, 20)) < 0.5, a, rng.poisson(0.3, size=(n, 20)))
+    y = np.clip(1 + 4 * (a == b).mean(1) + 0.1 * rng.normal(size=n), 1, 5)
+    return senteval_protocol.pair_features(a, b), y
+
+  splits = [split(n) for n in (300, 80, 200)]
+  dense = senteval_protocol.sick(*splits, Cs=(0.25, 1.0))
+  sp = senteval_protocol.sick(*[(sparse.csr_matrix(f), y) for f, y in splits], Cs=(0.25, 1.0))
+  assert dense["r"] > 0.5
+  assert sp["C"] == dense["C"]
+  for k in ("r", "rho", "mse"):
+    assert sp[k] == pytest.approx(dense[k], rel=1e-3)

@@ -203,3 +203,25 @@ def test_too_few_eval_examples_for_the_folds_is_refused_at_once(folds, inner, le
   for n in (0, least):
     c.eval_max_examples = n
     exp.validate(c)
+
+
+def test_novels_run_scores_the_baselines_at_its_last_evaluation_only(tmp_path, monkeypatch):
+  import json
+  from experiments import skipthoughts as exp
+  from tests.test_books import _novels_tar
+  config = _tiny_run_dir(tmp_path, monkeypatch)
+  rng = np.random.default_rng(1)
+  words = [f"w{i}" for i in range(30)]
+  novel = lambda n: "\n\n".join(" ".join(rng.choice(words, 5)).capitalize() + "." for _ in range(n))
+  _novels_tar(tmp_path, {"a_one.txt": novel(20), "b_two.txt": novel(14),
+                         **{name: novel(6) for name in books.NOVELS_HELDOUT}})
+  config.text_dir, config.corpus = "", "novels"
+  config.num_steps, config.eval_every_steps, config.num_train = 6, 3, 0
+  exp.train_and_evaluate(config, str(tmp_path / "run"))
+  lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in lines] == [3, 6]
+  assert not any(k.startswith(("tfidf_", "embmean_")) for k in lines[0])
+  for p in ("tfidf", "embmean"):
+    assert 0 <= lines[1][f"{p}_MR_acc"] <= 1 and f"{p}_MR_acc_std" in lines[1]
+  # The held-out books are the novels' named ones: 5 books of 6 sentences, 4 triples each.
+  assert len(exp.load_corpus(config).heldout) == 5 * 4

@@ -14,6 +14,31 @@ Split by whole books: ``HELDOUT_BOOKS``, austen-persuasion.txt and
 chesterton-thursday.txt (7,217 sentences, 7,213 triples), are the held-out set;
 the other 15 (59,155 sentences, 59,125 triples) the training set.
 
+A bigger stand-in (``load_novels``, ``corpus = "novels"`` in the config): the
+99 Gutenberg novels of ``<data_dir>/text/novels/novels.tar.gz`` (about 9.4M
+words; its README), read from the archive with ``bytes_lm.read_novels`` and
+cleaned of transcriber credits and illustration markers by
+``bytes_lm.clean_book``. Each book is one document: its paragraphs (blank-line
+separated, hard-wrapped lines joined by a space) in order, cut into sentences
+by ``split_sentences``, so that a triple may cross a paragraph (BookCorpus's
+triples do too). Before that, ``normalize_novel`` drops the ``_underscores_``
+that mark italics (so that "_one_" and "one" are one word) and spaces out the
+dashes ("--" and em dashes become " -- ", as in the Treebank text). Held out
+by name: ``NOVELS_HELDOUT``, the byte LM's five test books
+(``bytes_lm.TEST_BOOKS``). The four novels also in ``text/gutenberg``
+(``NOVELS_IN_GUTENBERG``: Austen's Emma and Persuasion, Carroll's Alice,
+Melville's Moby Dick) must lie on one side of the split, all training or all
+held out (a one-line DataError otherwise); by default all four train.
+
+Sentence splitting (``split_sentences``; no model or download: NLTK's punkt
+data is not available here): a sentence ends at ".", "!" or "?" (a run of them
+counts as one), with any closing quotes, brackets or underscores after it,
+when white space and then an upper-case letter follow, that letter maybe
+after opening quotes or brackets. A "." does not end a sentence after a
+title or abbreviation of ``ABBREVIATIONS`` (Mr., Mrs., Dr., St., ...) or
+after a single capital other than "I" (the initials of "J. W. Arrowsmith"). Lower-case
+continuations ('"Ah! poor Miss Taylor!"') stay one sentence.
+
 Tokenisation (``tokenize``): lower-cased, split on white space, and clitics and
 punctuation split off as in the Penn Treebank ("don't." -> "do n't ."). The
 Gutenberg books, MR, CR, SUBJ and MPQA are already tokenised so; SICK is not.
@@ -38,10 +63,19 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from lnorm.data import DataError
+from lnorm.data import bytes_lm
 from lnorm.data.files import reason, resolve_data_dir
 
 GUTENBERG = "text/gutenberg"
 HELDOUT_BOOKS = ("austen-persuasion.txt", "chesterton-thursday.txt")
+NOVELS = bytes_lm.NOVELS
+NOVELS_HELDOUT = bytes_lm.TEST_BOOKS
+NOVELS_IN_GUTENBERG = ("austen_emma.txt", "austen_persuasion.txt", "carroll_alice.txt",
+                       "melville_moby.txt")
+# Words after which a "." ends no sentence (compared lower-cased).
+ABBREVIATIONS = frozenset(
+    "mr mrs ms messrs mme mlle dr st jr sr prof rev revd hon esq capt col gen lt sgt maj "
+    "gov sen rep fr mt no vol vols ch chap viz etc vs cf ibid".split())
 PAD, EOS, UNK = 0, 1, 2
 SPECIALS = ("<pad>", "<eos>", "<unk>")
 
@@ -53,6 +87,41 @@ def tokenize(line: str) -> list[str]:
   """Lower-cased Treebank-style tokens; idempotent on tokenised text."""
   line = _CLITIC.sub(r"\1 \2", line.lower())
   return _PUNCT.sub(r" \1 ", line).split()
+
+
+# A candidate end: the stop(s), closers, white space, then (maybe after
+# openers) an upper-case letter, which the lookahead leaves to the next sentence.
+_END = re.compile(r"""([.!?]+)(["')\]_]*)\s+(?=["'(\[_]*[A-Z\u00C0-\u00DE])""")
+_LAST_WORD = re.compile(r"(\w+)$")
+_DASH = re.compile(r"\s*(?:--+|\u2014+)\s*")
+
+
+def split_sentences(paragraph: str) -> list[str]:
+  """The sentences of a paragraph (one line of text), by the rule of the
+  module doc; white space at either end dropped, empty ones left out."""
+  out, start = [], 0
+  for m in _END.finditer(paragraph):
+    if m.group(1) == ".":
+      w = _LAST_WORD.search(paragraph, 0, m.start())
+      if w and (w.group(1).lower() in ABBREVIATIONS
+                or (len(w.group(1)) == 1 and w.group(1).isupper() and w.group(1) != "I")):
+        continue
+    out.append(paragraph[start:m.end(2)].strip())
+    start = m.end()
+  out.append(paragraph[start:].strip())
+  return [x for x in out if x]
+
+
+def normalize_novel(text: str) -> str:
+  """Italic underscores dropped, dashes spaced out (see the module doc)."""
+  return _DASH.sub(" -- ", text.replace("_", ""))
+
+
+def novel_sentences(text: str) -> list[str]:
+  """A raw novel's sentences in order: cleaned (``bytes_lm.clean_book``),
+  normalised, paragraphs joined into lines, each split into sentences."""
+  paragraphs = re.split(r"\n\s*\n", normalize_novel(bytes_lm.clean_book(text)))
+  return [s for p in paragraphs for s in split_sentences(" ".join(p.split()))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,3 +264,27 @@ def load_gutenberg(data_dir: str | os.PathLike[str] | None = None, vocab_size: i
   """The default corpus: ``<data_dir>/text/gutenberg/*.txt``, split by ``heldout``."""
   train, held = split_books(book_files(resolve_data_dir(data_dir) / GUTENBERG), heldout)
   return load_corpus(train, held, vocab_size, max_len)
+
+
+def load_novels(data_dir: str | os.PathLike[str] | None = None, vocab_size: int = 20000,
+                max_len: int = 30, heldout: Sequence[str] = NOVELS_HELDOUT) -> Corpus:
+  """The novels of ``<data_dir>/text/novels/novels.tar.gz``, a document a
+  book, split by ``heldout`` (file names in the archive)."""
+  path = resolve_data_dir(data_dir) / NOVELS
+  texts = bytes_lm.read_novels(path)
+  missing = sorted(set(heldout) - set(texts))
+  if missing:
+    raise DataError(f"{path}: held-out books {', '.join(missing)} not among its "
+                    f"{len(texts)} books")
+  shared = sorted(set(NOVELS_IN_GUTENBERG) & set(texts))
+  held_shared = [n for n in shared if n in heldout]
+  if held_shared and len(held_shared) != len(shared):
+    raise DataError(f"{', '.join(shared)} are also in {GUTENBERG}: hold out all of them or "
+                    f"none, not {', '.join(held_shared)} alone")
+  if not set(texts) - set(heldout):
+    raise DataError(f"{path}: every book is held out; none is left to train on")
+  docs = {n: Document(n, tuple(novel_sentences(texts[n]))) for n in sorted(texts)}
+  train = [d for n, d in docs.items() if n not in heldout]
+  held = [d for n, d in docs.items() if n in heldout]
+  vocab = Vocab.build((s for d in train for s in d.sentences), vocab_size)
+  return Corpus(triples(train, vocab, max_len), triples(held, vocab, max_len), vocab)
