@@ -183,6 +183,31 @@ def test_eval_every_steps_chunks_and_steps_one_a_call_agree(tmp_path):
   np.testing.assert_array_equal(params(a), params(d))
 
 
+def test_schedule_with_many_lengths_calls_in_powers_of_two():
+  # The reader's plan: 227-step epochs, evaluations every 200 steps.
+  plan = loop.schedule(0, 4540, 227, 200, 0)
+  assert len({b - a for a, b, _ in plan}) <= 8
+  assert all((b - a) & (b - a - 1) == 0 for a, b, _ in plan)
+  assert [a for a, _, _ in plan[1:]] == [b for _, b, _ in plan[:-1]]
+  assert plan[0][0] == 0 and plan[-1][1] == 4540
+  points = sorted({*range(200, 4540, 200), *range(227, 4540, 227), 4540})
+  assert [b for _, b, ev in plan if ev] == points
+  # A resumed run's calls are the same as those from step 0.
+  assert loop.schedule(2400, 4540, 227, 200, 0) == [c for c in plan if c[0] >= 2400]
+  # Few lengths: one call between two points, as before.
+  assert loop.schedule(0, 2000, None, 100, 0) == [(a, a + 100, True) for a in range(0, 2000, 100)]
+
+
+def test_calls_in_powers_of_two_train_as_one_step_a_call(tmp_path):
+  # 6-step epochs, evaluations every 5: call lengths 1-5, so the split applies.
+  c = toy_config(eval_every_steps=5, num_epochs=5)
+  assert len({b - a for a, b, _ in loop.schedule(0, 30, 6, 5, 0)}) < 5
+  a = run(c, tmp_path / "a")
+  b = run(toy_config(eval_every_steps=5, num_epochs=5, steps_per_call=1), tmp_path / "b")
+  np.testing.assert_array_equal(params(a), params(b))
+  assert without_timing(metrics(tmp_path / "a")) == without_timing(metrics(tmp_path / "b"))
+
+
 def test_schedule_never_crosses_an_evaluation_or_epoch_end():
   assert loop.schedule(0, 12, 6, 4, 0) == [(0, 4, True), (4, 6, True), (6, 8, True),
                                            (8, 12, True)]

@@ -187,21 +187,41 @@ def one_step(train_step: Callable, feed: Feed, names: list[str] | None = None
   return step
 
 
+# More distinct call lengths than this, and the calls go in powers of two: each
+# length is a program to compile (~9 s each for the reader, whose 227-step
+# epochs and 200-step evaluations make 40 lengths), while a power-of-two split
+# needs at most log2(longest) + 1 and runs the same steps in the same order.
+MAX_CALL_LENGTHS = 4
+
+
 def schedule(start: int, total: int, steps_per_epoch: int | None, eval_every: int,
              per_call: int) -> list[tuple[int, int, bool]]:
   """``(start, stop, evaluate after)`` of each jitted call from ``start`` on.
-  A call never crosses an evaluation or an epoch end."""
+  A call never crosses an evaluation or an epoch end. The calls are those of
+  the plan from step 0 (whose lengths were compiled), cut at ``start``."""
   points = {total}
   if eval_every:
     points |= set(range(eval_every, total, eval_every))
   if steps_per_epoch:
     points |= set(range(steps_per_epoch, total, steps_per_epoch))
-  out, s = [], start
-  for p in sorted(q for q in points if q > start):
+  out, s = [], 0
+  for p in sorted(points):
     while s < p:
       stop = min(p, s + per_call) if per_call else p
       out.append((s, stop, stop == p))
       s = stop
+  if len({b - a for a, b, _ in out}) > MAX_CALL_LENGTHS:
+    out = [c for call in out for c in _powers_of_two(*call)]
+  return [(max(a, start), b, ev) for a, b, ev in out if b > start]
+
+
+def _powers_of_two(a: int, b: int, evaluate: bool) -> list[tuple[int, int, bool]]:
+  """[a, b) as calls of decreasing powers of two; the last keeps ``evaluate``."""
+  out = []
+  while a < b:
+    n = 1 << ((b - a).bit_length() - 1)
+    out.append((a, a + n, evaluate and a + n == b))
+    a += n
   return out
 
 
