@@ -9,23 +9,33 @@ at 0.1 (ln_gain_init=0.1). Reported: validation error every eval_every_steps
 updates, and the test error at the step of the best validation error.
 
 Data: DeepMind's CNN corpus cannot be had here. The presets read a stand-in
-that ``scripts/make_cloze.py`` builds from the real news and books into
+that ``scripts/make_cloze.py`` builds from the real news (and books) into
 ``<data_dir>/<questions_dir>/cnn/questions/`` (data_dir: '' = $LNORM_DATA_DIR,
 else ~/.cache/lnorm/data, as for every experiment):
   python scripts/make_cloze.py --standin cnn_standin     # paper preset
-  python scripts/make_cloze.py --standin cnn_standin_4   # cpu and smoke presets
-``cnn_standin``: ABC news cloze questions over 4-sentence passages, plus
-Children's-Book-Test style questions from Gutenberg prose with 20-sentence
-contexts (about 24,000 training questions); ``cnn_standin_4``: the books'
-contexts cut to 4 sentences too (``--context_sentences 4``: 14,175 / 1,102 /
-1,935 questions). With the real corpus, set data_dir to the folder holding
-cnn/questions/, questions_dir='' and passage_sentences=4 (the paper's setting).
+  python scripts/make_cloze.py --out <data_dir>/news_standin --news \
+      --text_dir ../shared/data/text                     # cpu preset (~17 min)
+  python scripts/make_cloze.py --standin cnn_standin_4   # smoke preset
+``news_standin``: cloze questions from the news of Reuters-21578, BBC News and
+NLTK's ABC news, entities found by spaCy's en_core_web_sm (hand precision
+93/100, results/cloze_ner/), mentions merged per article, entity ids permuted
+per question: 14,582 / 1,825 / 1,863 questions, every passage <= 250 tokens
+(results/reader_news/). ``cnn_standin``: ABC news cloze questions over
+4-sentence passages, plus Children's-Book-Test style questions from Gutenberg
+prose with 20-sentence contexts (about 24,000 training questions);
+``cnn_standin_4``: the books' contexts cut to 4 sentences too
+(``--context_sentences 4``: 14,175 / 1,102 / 1,935 questions). The smoke
+preset still reads ``cnn_standin_4``: CI can build that one quickly, the news
+one (spaCy over all the news) it cannot. With the real corpus, set data_dir to
+the folder holding cnn/questions/, questions_dir='' and passage_sentences=4
+(the paper's setting).
 
 Command (one run):
   python -m experiments.main --config configs/reader.py:cpu --workdir runs/reader_ln \
       --config.norm=layer
 All of Figure 2, its five runs and BN with bn_gain_init=1.0:
-  python scripts/reproduce.py fig2 [--preset cpu]
+  python scripts/reproduce.py fig2 [--preset cpu] [--seeds 3 --jobs 2]
+(with --seeds N, LSTM, BN-LSTM and LN-LSTM run N seeds, the other three once).
 Presets: ``:paper`` (the authors' setting: 240 units, Adam at 8e-5, batch 64;
 a GPU run), ``:cpu`` (smaller and shorter: the comparison on this CPU),
 ``:smoke`` (a few updates on a few hundred questions, for tests).
@@ -34,24 +44,32 @@ with --config.num_train=640 --config.num_eval=64, compile excluded), on the
 2-core CPU while other jobs loaded it; few updates each, so rough:
   paper: LN-LSTM 11 s/update (passages up to 800 tokens). A GPU run; not
          measured on one.
-  cpu:   60 epochs of 220 updates. Batches of similar length, cut short
-         (sort_batches, length_buckets) take about half the time of padded
-         ones (BENCHMARKS.md, "The attentive reader"): LSTM 0.12 and LN-LSTM
-         0.14 s/update beside other jobs (13,200 updates in 25-30 min);
-         BN-LSTM and BN-everywhere about twice that.
+  cpu:   20 epochs of 227 updates (4,540). Batches of similar length, cut
+         short (sort_batches, length_buckets) take about half the time of
+         padded ones (BENCHMARKS.md, "The attentive reader"). Measured on
+         news_standin, each run on one of the 2 cores beside another run
+         (results/reader_news/): LN-LSTM 826 s of training for 4,540 updates,
+         the LSTM 723 s for its first 4,540 (and 620 s for 4,520 on half the
+         questions), plus compiling (minutes then; 346 s -> 36 s loaded since
+         the loop's power-of-two calls, 02981b5). BN-LSTM and BN-everywhere
+         are not measured there (on cnn_standin_4 about twice the LSTM's time
+         an update). ``--seeds 3``: 3 seeds of LSTM, BN-LSTM and LN-LSTM and
+         one of the 3 others, 12 runs: expected (not measured) about
+         12 x 15 min / 2 jobs, 1.5 h at --jobs 2; nearer 2 h if the 5 BN runs
+         take twice as long.
   smoke: 1-2 minutes, most of it compiling.
 Paper's result (Figure 2): LN-LSTM reaches a lower validation error sooner
 than the LSTM and both BN variants; LN with gain 1.0 does much better than
 with 0.1. Cooijmans et al.: BN-LSTM and BN-everywhere train faster than the
-LSTM. Ours (results/fig2_cpu/, stand-in data, one seed each): every variant's
-best validation error lies within 0.644-0.653 and none beats the word-count
-baseline (0.606), so the stand-in cannot answer the claim; why, and the
-presets before this one: results/README.md, "Figure 2". On the news cloze
-(``make_cloze.py --standin news_standin``; --config.questions_dir=news_standin
---config.max_passage_tokens=0) the cpu preset's LSTM reaches 0.553 validation
-error in 9,080 updates (26 min of training beside another run, ~9 min compiling),
-short of the exclusive-frequency baseline's 0.467: it overfits the 14,582
-questions (results/reader_news/).
+LSTM. Ours (results/fig2_cpu/, the earlier cpu preset: cnn_standin_4, 60 epochs,
+passages <= 300 tokens; one seed each): every variant's best validation error
+lies within 0.644-0.653 and none beats the word-count baseline (0.606), so
+that stand-in cannot answer the claim; why, and the presets before it:
+results/README.md, "Figure 2". On the news cloze, this cpu preset's setting
+(40 epochs for the LSTM) reaches 0.553 validation error in 9,080 updates
+(26 min of training beside another run, ~9 min compiling), short of the
+exclusive-frequency baseline's 0.467: it overfits the 14,582 questions
+(results/reader_news/).
 """
 
 import ml_collections
@@ -91,22 +109,29 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
     pass
   elif preset == "cpu":
     c.features, c.embed, c.attention = 64, 64, 64
-    # The stand-in with every passage 4 sentences long, as the paper's: the
-    # books' contexts too (make_cloze.py --standin cnn_standin_4).
-    c.questions_dir = "cnn_standin_4"
-    c.max_passage_tokens, c.num_epochs, c.eval_every_steps = 300, 60, 200
-    # Evaluations (every 200) and epoch ends (every 220) cut the calls into
-    # 10 lengths, each a compile of length_buckets**2 branches: calls of 20
-    # steps compile once.
+    # The news cloze (make_cloze.py --out <data_dir>/news_standin --news): real
+    # news passages only, entities by a recognizer; the earlier cnn_standin_4
+    # (ABC news and books) could not answer the claim (results/fig2_cpu/).
+    c.questions_dir = "news_standin"
+    c.max_passage_tokens = 0    # every passage there is <= 250 tokens: keep them all
+    # 4,540 updates: from about update 3,000 the LSTM's validation error stays
+    # at 0.55-0.58 (it overfits the 14,582 questions); 40 epochs bought it 0.01.
+    c.num_epochs = 20
+    c.eval_every_steps = 200    # 22 evaluations a run, besides one at each of the 20 epoch ends
+    # Evaluations (every 200) and epoch ends (every 227) cut the calls into
+    # many lengths, so the loop calls in powers of two (runner/loop.py's
+    # schedule), each length a compile of length_buckets**2 branches: at most
+    # 20 steps a call keeps them to 1-16 steps, 5 programs.
     c.steps_per_call = 20
     # ~14,000 questions: with fixed numbering a model memorises answers by number.
     c.permute_entities = True
     c.learning_rate = 1e-3      # ours for the shorter run (Adam's default, not tuned); the paper's is 8e-5
   elif preset == "smoke":
     c.features, c.embed, c.attention = 16, 16, 16
-    # The cpu preset's stand-in: nearly every passage fits in 250 tokens, so the
-    # smoke run trains on ~395 of its 400 questions (cnn_standin's 20-sentence
-    # book contexts would lose three in four).
+    # The earlier cpu preset's stand-in, which CI can build quickly (the news
+    # one it cannot): nearly every passage fits in 250 tokens, so the smoke run
+    # trains on ~395 of its 400 questions (cnn_standin's 20-sentence book
+    # contexts would lose three in four).
     c.questions_dir = "cnn_standin_4"
     c.max_passage_tokens, c.num_train, c.num_eval = 250, 400, 200
     c.num_epochs, c.batch_size, c.eval_every_steps = 1, 32, 4

@@ -174,7 +174,7 @@ def test_cli_standin_writes_where_the_reader_preset_reads(tmp_path, monkeypatch,
   (tmp_path / "text" / "gutenberg").mkdir(parents=True)
   _zip(tmp_path / "text" / "abc.zip", _articles(10))
   monkeypatch.setenv("LNORM_DATA_DIR", str(tmp_path))
-  c = reader_config.get_config("cpu")
+  c = reader_config.get_config("smoke")  # the cpu preset reads news_standin
   with pytest.raises(DataError, match="make_cloze.py --standin cnn_standin_4"):
     exp._questions(c, "training", 0)
   built = []

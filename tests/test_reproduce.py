@@ -188,20 +188,32 @@ class FakeReaderRun:
         config[k[len("config."):]] = type(config[k[len("config."):]])(
             v == "True" if v in ("True", "False") else v)
     config["data_dir"] = FakeReaderRun.data_dir
-    fast = config["norm"] == "layer" and config["ln_gain_init"] == 1.0
     wd = Path(flags["workdir"])
     wd.mkdir(parents=True)
     (wd / "config.json").write_text(json.dumps(
         {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
-    (wd / "metrics.jsonl").write_text("".join(json.dumps(
-        {"step": 100 * i, "epoch": i, "valid_error": 0.9 - (0.2 if fast else 0.1) * i,
-         "test_error": 0.8 - 0.1 * i, "train_nll": 1.45 - (0.3 if fast else 0.2) * i,
-         "epoch_time_s": 10.0, "examples_per_sec": 640.0}) + "\n"
-        for i in range(1, 5 if fast else 6)))
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in self.metrics(config)))
     self.returncode = 0
+
+  def metrics(self, config: dict) -> list[dict]:
+    fast = config["norm"] == "layer" and config["ln_gain_init"] == 1.0
+    return [{"step": 100 * i, "epoch": i, "valid_error": 0.9 - (0.2 if fast else 0.1) * i,
+             "test_error": 0.8 - 0.1 * i, "train_nll": 1.45 - (0.3 if fast else 0.2) * i,
+             "epoch_time_s": 10.0, "examples_per_sec": 640.0} for i in range(1, 5 if fast else 6)]
 
   def poll(self):
     return self.returncode
+
+
+def write_questions(root: Path, qs) -> None:
+  """``qs`` as every split of the stand-ins the reader presets read, in ``root``."""
+  from lnorm.data import cnn_questions as cq
+  for standin in ("cnn_standin", "cnn_standin_4", "news_standin"):  # paper, smoke, cpu
+    for split in cq.SPLITS:
+      d = root / standin / "cnn/questions" / split
+      d.mkdir(parents=True)
+      for i, q in enumerate(qs):
+        cq.write_question(d / f"q{i}.question", q)
 
 
 def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp_path, monkeypatch):
@@ -213,16 +225,13 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
   q = cq.Question(url="u", passage=("@entity0", "met", "@entity1", "and", "@entity1", "."),
                   query=("@entity1", "saw", "@placeholder"), answer="@entity0",
                   entities=(("@entity0", "A"), ("@entity1", "B")))
-  for standin in ("cnn_standin", "cnn_standin_4"):  # the paper preset's; the smoke and cpu presets'
-    for split in cq.SPLITS:
-      d = tmp_path / standin / "cnn/questions" / split
-      d.mkdir(parents=True)
-      cq.write_question(d / "q.question", q)
+  write_questions(tmp_path, [q])
   monkeypatch.setattr(runs.subprocess, "Popen", FakeReaderRun)
   reproduce.main(["fig2", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   md = (tmp_path / "res" / "fig2_smoke" / "results.md").read_text()
-  assert "**Every number here is from the stand-in**" in md
+  assert ("**Every number here is from the stand-in** (`cnn_standin_4`), the cloze questions "
+          "that `scripts/make_cloze.py` builds from ABC news and Gutenberg books") in md
   assert "entities renumbered" not in md  # the smoke preset keeps the numbering
   lines = md.splitlines()
   # LN: best 0.1 at update 400 (test 0.4 there); the others 0.4 at 500;
@@ -239,11 +248,118 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
   nll = lines[lines.index(next(l for l in lines if l.startswith("Updates to reach a training"))):]
   assert "| LN-LSTM | 100 | 200 | 300 |" in nll and "| LSTM | 100 | 300 | 400 |" in nll
   assert (tmp_path / "res" / "fig2_smoke" / "fig2.png").read_bytes().startswith(b"\x89PNG")
-  # The cpu preset renumbers entities at every update, and says so.
+  assert "Seeds:" not in md and "±" not in md and "ran once" not in md
+  # The cpu preset renumbers entities at every update, and says so; it reads the news cloze.
   reproduce.main(["fig2", "--preset", "cpu", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   md = (tmp_path / "res" / "fig2_cpu" / "results.md").read_text()
-  assert "60 epochs, passages <= 300 tokens, entities renumbered at every update, data" in md
+  assert "20 epochs, passages of any length, entities renumbered at every update, data" in md
+  assert ("**Every number here is from the stand-in** (`news_standin`), the cloze questions that "
+          "`python scripts/make_cloze.py --out <data_dir>/news_standin --news") in md
+
+
+class FakeSeededReaderRun(FakeReaderRun):
+  """A reader run whose validation error, every 100 updates, is
+  ``FakeSeededReaderRun.VALID[(run, seed)]`` (test error 0.05 above it)."""
+  VALID = {("lstm", 0): [0.8, 0.7, 0.6, 0.5, 0.5], ("lstm", 1): [0.8, 0.7, 0.6, 0.55, 0.45],
+           ("bn", 0): [0.7, 0.6, 0.55, 0.6, 0.6], ("bn", 1): [0.7, 0.5, 0.6, 0.6, 0.6],
+           ("ln", 0): [0.7, 0.5, 0.4, 0.45, 0.45], ("ln", 1): [0.6, 0.55, 0.5, 0.48, 0.47],
+           ("other", 0): [0.8, 0.7, 0.6, 0.6, 0.6]}
+  commands: list[list[str]] = []
+
+  def __init__(self, cmd, **kw):
+    FakeSeededReaderRun.commands.append(cmd)
+    super().__init__(cmd, **kw)
+
+  def metrics(self, config: dict) -> list[dict]:
+    norm, seed = config["norm"], int(config["seed"])
+    run = {"none": "lstm", "batch": "bn", "layer": "ln"}[norm]
+    if config["bn_everywhere"] or config["ln_gain_init"] != 1.0 or config["bn_gain_init"] != 0.1:
+      run = "other"
+    return [{"step": 100 * (i + 1), "epoch": i + 1, "valid_error": v, "test_error": v + 0.05,
+             "train_nll": 1.5 - 0.2 * i, "epoch_time_s": 10.0, "examples_per_sec": 640.0}
+            for i, v in enumerate(self.VALID[(run, seed)])]
+
+
+def test_fig2_with_seeds_gives_mean_and_sd_and_judges_the_claims_seed_by_seed(tmp_path, monkeypatch):
+  from lnorm.data import cnn_questions as cq
+  from scripts import reproduce
+  from scripts.paper import runs
+  FakeReaderRun.data_dir = str(tmp_path)
+  # Exclusive frequency answers the first right (@entity0), the second wrong
+  # (@entity0 before @entity2 on a tie): 0.5; the most frequent entity (@entity1) 1.0.
+  ents = (("@entity0", "A"), ("@entity1", "B"), ("@entity2", "C"))
+  passage = ("@entity0", "met", "@entity1", "and", "@entity1", ".")
+  write_questions(tmp_path, [
+      cq.Question("u", passage, ("@entity1", "saw", "@placeholder"), "@entity0", ents[:2]),
+      cq.Question("v", passage + ("@entity2", "left", "."), ("@entity1", "saw", "@placeholder"),
+                  "@entity2", ents)])
+  FakeSeededReaderRun.commands = []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeSeededReaderRun)
+  reproduce.main(["fig2", "--preset", "smoke", "--seeds", "2", "--runs_dir", str(tmp_path / "runs"),
+                  "--results_dir", str(tmp_path / "res")])
+  # The runs Figure 2 compares get both seeds; the gain and BN-everywhere variants one.
+  assert [next(a for a in c if a.startswith("--workdir=")).rsplit("/", 1)[-1]
+          for c in FakeSeededReaderRun.commands] == [
+      "lstm", "lstm_seed1", "bn", "bn_seed1", "bn_everywhere", "ln", "ln_seed1", "ln_gain01",
+      "bn_gain1"]
+  out = tmp_path / "res" / "fig2_smoke"
+  assert (out / "fig2.png").read_bytes().startswith(b"\x89PNG")
+  md = (out / "results.md").read_text()
+  lines = md.splitlines()
+  assert "Seeds: 2 per run." in md
+  assert ("Only LSTM, BN-LSTM and LN-LSTM, the runs Figure 2's claims compare, ran 2 seeds. "
+          "These ran once (the config's seed), so their cells are that one run's: "
+          "BN-everywhere; LN-LSTM, gain init 0.1; BN-LSTM, gain init 1.0.") in md
+  ms = lambda *xs: f"{statistics.mean(xs):.4f} ± {statistics.stdev(xs):.4f}"
+  # LN: best 0.40 at 300 and 0.47 at 500 (test 0.05 above), final 0.45 and 0.47.
+  assert (f"| LN-LSTM | {ms(0.4, 0.47)} | 400 ± 141 | {ms(0.45, 0.52)} | {ms(0.45, 0.47)} | "
+          "0.100 ± 0.000 |") in lines
+  assert (f"| LSTM | {ms(0.5, 0.45)} | 450 ± 71 | {ms(0.55, 0.5)} | {ms(0.5, 0.45)} | "
+          "0.100 ± 0.000 |") in lines
+  assert "| BN-everywhere | 0.6000 | 300 | 0.6500 | 0.6000 | 0.100 |" in lines  # one seed
+  assert "valid error 1.0000, test 1.0000; the most frequent not in the query, valid 0.5000" in md
+  # Updates to reach 0.7, 0.6, 0.5, 0.45, 0.4: each seed's in turn, or one shared by both.
+  assert "| LN-LSTM | 100 | 200 / 100 | 200 / 300 | 300 / not reached | 300 / not reached |" in lines
+  row = lambda start: next(l for l in lines if l.startswith(start)).strip("| ").split(" | ")
+  # LN reaches the LSTM's best (0.5, 0.45) at 200 (vs 400) and never (vs 500);
+  # BN's (0.55, 0.5) at 200 (vs 300) and 300 (vs 200).
+  assert row("| LN trains faster than LSTM |")[2:] == [
+      "200 vs 400 / not reached vs 500", "sooner in 1 of 2; 50% of LSTM's updates"]
+  assert row("| LN trains faster than BN-LSTM |")[2:] == [
+      "200 vs 300 / 300 vs 200", "sooner in 1 of 2; 67%, 150% of BN-LSTM's updates"]
+  assert row("| LN converges to a better validation error than LSTM |")[2:] == [
+      "0.4000 vs 0.5000 / 0.4700 vs 0.4500", "LN lower in 1 of 2"]
+  assert row("| LN converges to a better validation error than BN-LSTM |")[2:] == [
+      "0.4000 vs 0.5500 / 0.4700 vs 0.5000", "LN lower in 2 of 2"]
+  # Against exclusive frequency's 0.5: LN below it in both seeds, the LSTM in one
+  # (0.45; 0.5 ties), BN in none; a one-seed run is one of one.
+  beat = lambda name: row(f"| {name} beats counting words |")
+  assert beat("LN-LSTM")[1] == "best validation error, and how far below the exclusive " \
+      "frequency baseline's 0.5000"
+  assert beat("LN-LSTM")[2:] == ["0.4000 (+0.1000) / 0.4700 (+0.0300)",
+                                 f"below it in 2 of 2; baseline minus best {ms(0.5 - 0.4, 0.5 - 0.47)}"]
+  assert beat("LSTM")[3] == f"below it in 1 of 2; baseline minus best {ms(0.0, 0.05)}"
+  assert beat("BN-LSTM")[3] == f"below it in 0 of 2; baseline minus best {ms(-0.05, 0.0)}"
+  assert beat("BN-everywhere")[2:] == ["0.6000 (-0.1000)", "below it in 0 of 1; baseline minus best -0.1000"]
+
+
+def test_single_runs_get_the_first_seed_alone(tmp_path):
+  from scripts import reproduce
+  from scripts.paper import runs
+  seeds = [("", {}), ("_seed1", {"seed": 1}), ("_seed2", {"seed": 2})]
+  assert runs.expand({"a": ("a", {"x": 1}), "b": ("b", {"x": 2})}, seeds, single=("b",)) == {
+      "a": [("a", {"x": 1}), ("a_seed1", {"x": 1, "seed": 1}), ("a_seed2", {"x": 1, "seed": 2})],
+      "b": [("b", {"x": 2})]}
+  # fig2's gain and BN-everywhere variants run once; --only names them so.
+  with pytest.raises(SystemExit) as stop:
+    reproduce.main(["fig2", "--preset", "cpu", "--seeds", "3", "--runs_dir", str(tmp_path),
+                    "--only", "nonexistent"])
+  assert stop.value.code == (
+      "error: --only names no run of fig2 (--seeds 3): nonexistent; its runs: lstm, lstm_seed1, "
+      "lstm_seed2, bn, bn_seed1, bn_seed2, bn_everywhere, ln, ln_seed1, ln_seed2, ln_gain01, "
+      "bn_gain1")
+  assert not (tmp_path / "fig2").exists()
 
 
 def test_fig6_claims_compare_each_seed_with_the_same_seed_of_the_other_run():

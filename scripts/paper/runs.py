@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,8 @@ TIME_NOTE = ("\nTrain time: the training epochs' seconds, summed. It leaves out 
              "checkpoints, compilation and any time between a stop and its resume.\n")
 
 
-def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None) -> dict:
+def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
+            single=()) -> dict:
   """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}), each with
   ``--seeds`` seeds, up to ``--jobs`` at a time, then copies each run's record
   into the results folder and returns the records by key: the first seed's,
@@ -41,11 +43,11 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None) -> 
   ``optional``: files a run may write, copied where they exist; ``stops``:
   {exit status: file}, the ways a run may end early that are results, not
   failures (the transformer's NaN stop: exit 3, diverged.json). Any other
-  non-zero exit stops the target before its tables."""
+  non-zero exit stops the target before its tables.
+
+  ``single``: keys of ``runs`` that run at the first seed only (as one-seed runs do)."""
   stops = stops or {}
-  seeds = seed_names(args, config)
-  runs = {key: [(name + suffix, {**overrides, **seed})
-                for suffix, seed in seeds] for key, (name, overrides) in runs.items()}
+  runs = expand(runs, seed_names(args, config), single)
   every = [r for rs in runs.values() for r in rs]
   only = set(getattr(args, "only", None) or ())
   unknown = sorted(only - {name for name, _ in every})
@@ -54,6 +56,9 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None) -> 
              f"{', '.join(unknown)}; its runs: {', '.join(name for name, _ in every)}")
   files = ("config.json", "metrics.jsonl", *keep, *optional, *stops.values())
   pending, active, failed = list(every), [], []
+  # JAX's persistent compilation cache, shared by the target's runs: seeds of a
+  # run, and a resumed run, load its programs instead of compiling them again.
+  env = {"JAX_COMPILATION_CACHE_DIR": str(REPO / args.runs_dir / "jax_cache"), **os.environ}
   for name, overrides in every:
     wd = workdir(args, name)
     state = finished(wd, config, args.preset, overrides, stops.values())
@@ -78,7 +83,7 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None) -> 
       if args.jobs > 1:
         wd.parent.mkdir(parents=True, exist_ok=True)
         log = open(wd.parent / f"{name}.log", "ab")  # pylint: disable=consider-using-with
-      active.append((name, log, subprocess.Popen(cmd, cwd=REPO, stdout=log,
+      active.append((name, log, subprocess.Popen(cmd, cwd=REPO, stdout=log, env=env,
                                                  stderr=subprocess.STDOUT if log else None)))
     done = [j for j in active if j[2].poll() is not None]
     if not done:
@@ -166,6 +171,15 @@ def seed_names(args, config: str) -> list[tuple[str, dict]]:
     return [("", {})]
   base = config_module(config).get_config(args.preset).seed
   return [("", {})] + [(f"_seed{s}", {"seed": s}) for s in range(base + 1, base + args.seeds)]
+
+
+def expand(runs: dict, seeds: list[tuple[str, dict]], single=()) -> dict:
+  """{key: [(workdir name, overrides) per seed]} of ``runs`` ({key: (name,
+  overrides)}) and ``seeds`` (:func:`seed_names`): a key in ``single`` gets
+  the first seed alone, its workdir the one-seed run's."""
+  return {key: [(name + suffix, {**overrides, **seed})
+                for suffix, seed in (seeds[:1] if key in single else seeds)]
+          for key, (name, overrides) in runs.items()}
 
 
 def seeds(record: dict) -> list[dict]:
@@ -283,11 +297,13 @@ def epochs_to(metrics: list[dict], key: str, threshold: float) -> str:
   return reached(first(metrics, key, threshold))
 
 
-def steps_table(ms: dict[str, list[dict]], key: str, levels, fmt: str = "g") -> str:
-  """A row per named run: the first step at which ``key`` <= each level."""
+def steps_table(ms: dict, key: str, levels, fmt: str = "g") -> str:
+  """A row per named run (its metrics, or a list of its seeds' metrics): the
+  first step at which ``key`` <= each level, each seed's in turn (per_seed)."""
   return ("| run | " + " | ".join(f"<= {v:{fmt}}" for v in levels) + " |\n|---|"
           + "---|" * len(levels) + "\n" + "".join(
-              f"| {name} | " + " | ".join(reached(first(m, key, v, "step")) for v in levels)
+              f"| {name} | " + " | ".join(per_seed(reached(first(s, key, v, "step"))
+                                                   for s in figures.seeds_of(m)) for v in levels)
               + " |\n" for name, m in ms.items()))
 
 
