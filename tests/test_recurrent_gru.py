@@ -69,6 +69,25 @@ def test_gru_matches_nn_rnn_in_float64(norm):
     np.testing.assert_allclose(y, y_ref, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize('masked', [False, True])
+@pytest.mark.parametrize('norm', R.GRU_NORMS)
+def test_gru_hand_written_backward_in_float64(norm, masked):
+  """``gru_scan``'s backward (the W_h gradient after the scan, the gates
+  recomputed, LN as RMSNorm of centred kernels) against autodiff of the
+  cell's scan, to float64 rounding."""
+  with jax.enable_x64(True):
+    gru, cell, params, x, h0 = _setup(norm, jnp.float64)
+    mask = length_mask() if masked else None
+    ours = lambda p, x, h0: gru.apply({'params': p}, x, mask, initial_carry=h0)
+    ref = lambda p, x, h0: R.Recurrent(cell).apply(
+        {'params': {'cell': p}}, x, mask, initial_carry=h0)
+    g, _ = _grad(ours)(params, x, h0)
+    g_ref, _ = _grad(ref)(params, x, h0)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
+      assert a.dtype == jnp.float64
+      np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12 * float(np.max(np.abs(b))))
+
+
 @pytest.mark.parametrize('norm', R.GRU_NORMS)
 def test_gru_params_are_the_cells(norm):
   x = inputs((B, T, I))

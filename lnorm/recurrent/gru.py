@@ -12,6 +12,8 @@ from flax.typing import Array, Dtype, Initializer
 from lnorm import norms
 from lnorm.normalization import layer_norm
 from lnorm.recurrent.cells import (GRU_NORMS, default_kernel_init, default_recurrent_kernel_init, gru_params)
+from lnorm.recurrent.gru_scan import gru_scan
+from lnorm.recurrent.lstm_scan import center, proj
 
 
 class GRU(nn.Module):
@@ -21,8 +23,9 @@ class GRU(nn.Module):
   that cell's parameter names, shapes and initialisers: 'none' (eqs. 23-25)
   or 'layer' (the LN-GRU, eqs. 26-28). The input side, W_x x and W x with
   their layer norms, is one matmul and one pass over all steps before the
-  scan, and each step makes one matmul with [W_h | U]; the scan itself is
-  XLA's, differentiated by JAX.
+  scan, and each step makes one matmul with [W_h | U]; the scan is
+  ``gru_scan``, whose backward is hand-written (the W_h gradient one matmul
+  after it).
 
   Use it, as ``LSTM``, whenever the layer's whole input sequence is known
   before it runs; scan ``GRUCell`` when each step's input depends on the
@@ -82,7 +85,7 @@ class GRU(nn.Module):
     dt = x_TxBxX.dtype
     # The input side of every step, before the scan: [W_x x | W x].
     k_Ix3H = jnp.concatenate([k_x, k_xc], -1)
-    xw_TxBx3H = x_TxBxX @ k_Ix3H[:X]
+    xw_TxBx3H = proj(x_TxBxX, k_Ix3H[:X])
     if c_BxD is not None:
       xw_TxBx3H = xw_TxBx3H + (c_BxD @ k_Ix3H[X:])[None]
     xz_TxBx2H, xc_TxBxH = xw_TxBx3H[..., :2 * H], xw_TxBx3H[..., 2 * H:]
@@ -92,7 +95,8 @@ class GRU(nn.Module):
     else:
       xc_TxBxH = xc_TxBxH + b_c.astype(dt)[None, None]
     xz_TxBx2H = xz_TxBx2H + b_2H[None, None]
-    w_Hx3H = jnp.concatenate([k_h, k_hc], -1)
+    # For 'layer', LN(h @ k) = RMSNorm(h @ center(k)): one reduction a row in the scan.
+    w_Hx3H = jnp.concatenate([center(k_h), center(k_hc)] if layer else [k_h, k_hc], -1)
 
     if mask is not None:
       mask = jnp.asarray(mask, bool)
@@ -105,24 +109,10 @@ class GRU(nn.Module):
     else:
       h0_BxH = jnp.asarray(initial_carry, dt).reshape((B, H))
 
-    def step(h_BxH, inp):
-      xz_Bx2H, xc_BxH, m_Bx1 = inp
-      a_Bx3H = h_BxH @ w_Hx3H
-      az_Bx2H, ac_BxH = a_Bx3H[:, :2 * H], a_Bx3H[:, 2 * H:]
-      if layer:
-        az_Bx2H = layer_norm(az_Bx2H, g_h, eps=eps)
-        ac_BxH = layer_norm(ac_BxH, g_hc, b_hc, eps=eps)
-      zr_Bx2H = jax.nn.sigmoid(az_Bx2H + xz_Bx2H)
-      z_BxH, r_BxH = zr_Bx2H[:, :H], zr_Bx2H[:, H:]
-      hh_BxH = jnp.tanh(xc_BxH + r_BxH * ac_BxH)
-      h_new = (1.0 - z_BxH) * h_BxH + z_BxH * hh_BxH
-      if m_Bx1 is None:
-        return h_new, h_new
-      return (jnp.where(m_Bx1, h_new, h_BxH),
-              jnp.where(m_Bx1, h_new, jnp.zeros_like(h_new)))
-
-    h_BxH, y_TxBxH = jax.lax.scan(step, h0_BxH, (xz_TxBx2H, xc_TxBxH, mask),
-                                  unroll=self.unroll)
+    h_BxH, y_TxBxH = gru_scan(self.norm, eps, self.unroll, xz_TxBx2H[..., :H],
+                              xz_TxBx2H[..., H:], xc_TxBxH, w_Hx3H,
+                              g_h if layer else None, g_hc if layer else None,
+                              b_hc if layer else None, h0_BxH, mask)
     y = jnp.moveaxis(y_TxBxH, 0, 1).reshape(batch_shape + (T, H))
     if not self.return_carry:
       return y

@@ -49,7 +49,7 @@ def _mean(x: Array) -> Array:
   return jnp.mean(x, -1, keepdims=True, dtype=acc).astype(x.dtype)
 
 
-def _rsqrt_mean_square(x: Array, eps: float) -> Array:
+def rsqrt_mean_square(x: Array, eps: float) -> Array:
   """1 / sqrt(mean(x^2) + eps) over the last axis (keepdims)."""
   acc = jnp.promote_types(x.dtype, jnp.float32)
   ms = jnp.mean(jnp.square(x.astype(acc)), -1, keepdims=True)
@@ -160,7 +160,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
                 g_4H, g_H, b_H):
     """Everything in a step after ``a = h @ w``."""
     if norm == 'layer':
-      ra_Bx1 = _rsqrt_mean_square(a_Bx4H, eps)
+      ra_Bx1 = rsqrt_mean_square(a_Bx4H, eps)
       ah_Bx4H = a_Bx4H * ra_Bx1
       z_Bx4H = _layer_z(ah_Bx4H, xw_Bx4H, rx_Bx1, gx_4H, g_4H, b_4H)
     else:  # no x-side norm nor gains
@@ -175,7 +175,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
     else:
       mc_Bx1 = _mean(c_new)
       cc_BxH = c_new - mc_Bx1
-      rc_Bx1 = _rsqrt_mean_square(cc_BxH, eps)
+      rc_Bx1 = rsqrt_mean_square(cc_BxH, eps)
       tc_BxH = jnp.tanh(cc_BxH * rc_Bx1 * g_H[None] + b_H[None])
       saved += [mc_Bx1, rc_Bx1]
     h_new = o * tc_BxH
@@ -243,7 +243,7 @@ def _input_rx(norm: str, xw_TxBx4H: Array, eps: float) -> Array | None:
   kernel, so RMSNorm is LN): the scans form LN(x @ k) = xw * rx row by row."""
   if norm != 'layer':
     return None
-  return _rsqrt_mean_square(xw_TxBx4H, eps)[..., 0]
+  return rsqrt_mean_square(xw_TxBx4H, eps)[..., 0]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
@@ -418,7 +418,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     h_prev = saved[..., -H:]
   else:
     h_prev = jnp.concatenate([h0_BxH[None], y_TxBxH[:-1]], 0)
-  dw_Hx4H = _sum_outer(h_prev, da)
+  dw_Hx4H = sum_outer(h_prev, da)
   sums = [jnp.sum(s, 0) for s in sums]
   db_4H = sums.pop(0)
   dg_4H = dgx_4H = dg_H = db_H = None
@@ -446,10 +446,10 @@ def _proj_fwd(x_TxBxI, k_IxF):
 
 def _proj_bwd(res, d_TxBxF):
   x_TxBxI, k_IxF = res
-  return d_TxBxF @ k_IxF.T, _sum_outer(x_TxBxI, d_TxBxF)
+  return d_TxBxF @ k_IxF.T, sum_outer(x_TxBxI, d_TxBxF)
 
 
-def _sum_outer(a_TxBxI: Array, b_TxBxF: Array) -> Array:
+def sum_outer(a_TxBxI: Array, b_TxBxF: Array) -> Array:
   """sum over t, b of a[t, b]^T b[t, b] (I, F): one matmul over the T * B
   rows. Merging T and B is free on one device; on a batch split over devices
   it would gather the batch first, so there T and B are contracted as they

@@ -1,0 +1,164 @@
+"""The scan behind ``GRU`` (``gru.py``): a custom VJP with a hand-written
+backward, as ``lstm_scan`` is for the LSTM.
+
+``gru_scan`` computes what scanning ``GRUCell`` over the steps computes, given
+the input side of every step (made before the scan), reorganised for speed.
+BENCHMARKS.md ("Recurrent GRU") has the measurements behind each choice:
+
+* The backward is a scan that does per step only what is sequential; the W_h
+  gradient is one (T*B, H)^T @ (T*B, 3H) matmul after it (autodiff of the
+  scan adds an (H, 3H) outer product into its carry every step), and the
+  gain and bias gradients are summed in its carry.
+* Each forward step saves ``h @ w`` before its norms, as three (T, B, H)
+  arrays (update, reset, candidate); the backward recomputes the gates from
+  them, the input side and the previous carry.
+* The update gate, the reset gate and the candidate each have an input array
+  of their own (T, B, H), sliced once before the scan, and are sliced from
+  ``h @ w`` before any transcendental (and saved apart): XLA:CPU's fusions that read a column
+  slice of a sigmoid or of an input run several times slower than those that
+  read whole rows.
+* For 'layer' the caller passes ``w`` with each LN's columns centred
+  (``center``): LN(h @ k) = RMSNorm(h @ center(k)) exactly, so each LN is one
+  reduction a row, forward and backward.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax.typing import Array
+import numpy as np
+
+from lnorm.recurrent.lstm_scan import rsqrt_mean_square, sum_outer
+
+
+def rsqrt_mean_square2(a_BxH: Array, b_BxH: Array, eps: float) -> Array:
+  """``rsqrt_mean_square`` of [a, b] over the last axis (one LN over both),
+  without their concatenation."""
+  acc = jnp.promote_types(a_BxH.dtype, jnp.float32)
+  ms = 0.5 * (jnp.mean(jnp.square(a_BxH.astype(acc)), -1, keepdims=True)
+              + jnp.mean(jnp.square(b_BxH.astype(acc)), -1, keepdims=True))
+  return jax.lax.rsqrt(ms + eps).astype(a_BxH.dtype)
+
+
+def _step(norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, h_BxH, g_2H, g_H, b_H):
+  """One step after ``a = h @ w``, given as its three (B, H) blocks: h_new and
+  what the backward needs."""
+  au_BxH, ar_BxH, ac_BxH = a3
+  H = h_BxH.shape[-1]
+  rz_Bx1 = rc_Bx1 = None
+  if norm == 'layer':
+    rz_Bx1, rc_Bx1 = rsqrt_mean_square2(au_BxH, ar_BxH, eps), rsqrt_mean_square(ac_BxH, eps)
+    au_BxH = au_BxH * rz_Bx1 * g_2H[None, :H]
+    ar_BxH = ar_BxH * rz_Bx1 * g_2H[None, H:]
+    ac_BxH = ac_BxH * rc_Bx1 * g_H[None] + b_H[None]
+  z_BxH = jax.nn.sigmoid(au_BxH + xu_BxH)
+  r_BxH = jax.nn.sigmoid(ar_BxH + xr_BxH)
+  hh_BxH = jnp.tanh(xc_BxH + r_BxH * ac_BxH)
+  h_new = (1.0 - z_BxH) * h_BxH + z_BxH * hh_BxH
+  return h_new, (z_BxH, r_BxH, hh_BxH, ac_BxH, rz_Bx1, rc_Bx1)
+
+
+def _forward(norm, eps, unroll, xu, xr, xc, w_Hx3H, g_2H, g_H, b_H, h0_BxH, m_TxBx1):
+  H = h0_BxH.shape[-1]
+
+  def step(h_BxH, inp):
+    xu_BxH, xr_BxH, xc_BxH, m_Bx1 = inp
+    a_Bx3H = h_BxH @ w_Hx3H
+    a3 = (a_Bx3H[:, :H], a_Bx3H[:, H:2 * H], a_Bx3H[:, 2 * H:])
+    h_new, _ = _step(norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, h_BxH, g_2H, g_H, b_H)
+    if m_Bx1 is None:
+      return h_new, (h_new, a3)
+    return (jnp.where(m_Bx1, h_new, h_BxH),
+            (jnp.where(m_Bx1, h_new, jnp.zeros_like(h_new)), a3, h_BxH))
+
+  return jax.lax.scan(step, h0_BxH, (xu, xr, xc, m_TxBx1), unroll=unroll)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def gru_scan(norm: str, eps: float, unroll: int, xu_TxBxH: Array, xr_TxBxH: Array,
+             xc_TxBxH: Array, w_Hx3H: Array, g_2H: Array | None, g_H: Array | None,
+             b_H: Array | None, h0_BxH: Array, m_TxBx1: Array | None) -> tuple[Array, Array]:
+  """The GRU's recurrence over all T steps: returns (h_T, y_TxBxH).
+
+  ``xu``, ``xr`` and ``xc`` are the update gate's, the reset gate's and the
+  candidate's input sides with their biases (for 'layer', after their LNs);
+  ``w`` is [W_h | U] (for 'layer' centred, see the module docstring),
+  ``g_2H`` the gates' LN gain, ``g_H`` and ``b_H`` the candidate's (None for
+  'none'). ``m`` (bool) freezes the carry where False; the output is 0 there."""
+  h_BxH, outs = _forward(norm, eps, unroll, xu_TxBxH, xr_TxBxH, xc_TxBxH, w_Hx3H, g_2H, g_H,
+                         b_H, h0_BxH, m_TxBx1)
+  return h_BxH, outs[0]
+
+
+def _gru_scan_fwd(norm, eps, unroll, xu_TxBxH, xr_TxBxH, xc_TxBxH, w_Hx3H, g_2H, g_H, b_H,
+                  h0_BxH, m_TxBx1):
+  h_BxH, outs = _forward(norm, eps, unroll, xu_TxBxH, xr_TxBxH, xc_TxBxH, w_Hx3H, g_2H, g_H,
+                         b_H, h0_BxH, m_TxBx1)
+  y_TxBxH, a3_TxBxH = outs[:2]
+  # The carry each step started from: the previous output where no mask.
+  hp_TxBxH = (outs[2] if m_TxBx1 is not None else
+              jnp.concatenate([h0_BxH[None], y_TxBxH[:-1]], 0))
+  res = (xu_TxBxH, xr_TxBxH, xc_TxBxH, w_Hx3H, g_2H, g_H, b_H, m_TxBx1, a3_TxBxH, hp_TxBxH)
+  return (h_BxH, y_TxBxH), res
+
+
+def _rms_bwd(dyg, xhat, r_Bx1, mean_dyg_xhat):
+  """d x of ``x * r`` (r = 1/rms(x)) given dyg = d(x * r), xhat = x * r."""
+  return r_Bx1 * (dyg - xhat * mean_dyg_xhat)
+
+
+def _gru_scan_bwd(norm, eps, unroll, res, cts):
+  xu_TxBxH, xr_TxBxH, xc_TxBxH, w_Hx3H, g_2H, g_H, b_H, m_TxBx1, a3_TxBxH, hp_TxBxH = res
+  dhT_BxH, dy_TxBxH = cts
+  H = hp_TxBxH.shape[-1]
+  layer = norm == 'layer'
+  wt_3HxH = w_Hx3H.T
+  zeros = lambda a: None if a is None else jnp.zeros(a.shape, a.dtype)
+  sums0 = (zeros(g_2H), zeros(g_H), zeros(b_H))
+  mean = lambda v: jnp.mean(v, -1, keepdims=True)
+
+  def step(carry, inp):
+    dh_BxH, (dg_2H, dg_H, db_H) = carry
+    dy_BxH, a3, xu_BxH, xr_BxH, xc_BxH, hp_BxH, m_Bx1 = inp
+    _, (z_BxH, r_BxH, hh_BxH, ac_BxH, rz_Bx1, rc_Bx1) = _step(
+        norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, hp_BxH, g_2H, g_H, b_H)
+    if m_Bx1 is None:
+      dhn_BxH, dkeep_BxH = dh_BxH + dy_BxH, 0.0
+    else:
+      dhn_BxH = jnp.where(m_Bx1, dh_BxH + dy_BxH, 0.0)
+      dkeep_BxH = jnp.where(m_Bx1, 0.0, dh_BxH)
+    du_BxH = dhn_BxH * (hh_BxH - hp_BxH) * z_BxH * (1.0 - z_BxH)  # d(au + xu)
+    dc_BxH = dhn_BxH * z_BxH * (1.0 - hh_BxH * hh_BxH)            # d(xc + r * ac)
+    dr_BxH = dc_BxH * ac_BxH * r_BxH * (1.0 - r_BxH)              # d(ar + xr)
+    dac_BxH = dc_BxH * r_BxH
+    if layer:
+      au_hat = a3[0] * rz_Bx1
+      ar_hat = a3[1] * rz_Bx1
+      ac_hat = a3[2] * rc_Bx1
+      dg_2H = dg_2H + jnp.concatenate([jnp.sum(du_BxH * au_hat, 0),
+                                       jnp.sum(dr_BxH * ar_hat, 0)])
+      dg_H = dg_H + jnp.sum(dac_BxH * ac_hat, 0)
+      db_H = db_H + jnp.sum(dac_BxH, 0)
+      dug, drg, dcg = du_BxH * g_2H[None, :H], dr_BxH * g_2H[None, H:], dac_BxH * g_H[None]
+      mz = 0.5 * (mean(dug * au_hat) + mean(drg * ar_hat))
+      da_Bx3H = jnp.concatenate([_rms_bwd(dug, au_hat, rz_Bx1, mz),
+                                 _rms_bwd(drg, ar_hat, rz_Bx1, mz),
+                                 _rms_bwd(dcg, ac_hat, rc_Bx1, mean(dcg * ac_hat))], -1)
+    else:
+      da_Bx3H = jnp.concatenate([du_BxH, dr_BxH, dac_BxH], -1)
+    dhp_BxH = dhn_BxH * (1.0 - z_BxH) + dkeep_BxH + da_Bx3H @ wt_3HxH
+    return (dhp_BxH, (dg_2H, dg_H, db_H)), (du_BxH, dr_BxH, dc_BxH, da_Bx3H)
+
+  (dh0_BxH, (dg_2H, dg_H, db_H)), (dxu, dxr, dxc, da_TxBx3H) = jax.lax.scan(
+      step, (dhT_BxH, sums0),
+      (dy_TxBxH, a3_TxBxH, xu_TxBxH, xr_TxBxH, xc_TxBxH, hp_TxBxH, m_TxBx1),
+      reverse=True, unroll=unroll)
+  dw_Hx3H = sum_outer(hp_TxBxH, da_TxBx3H)
+  dm = None if m_TxBx1 is None else np.zeros(m_TxBx1.shape, jax.dtypes.float0)
+  return dxu, dxr, dxc, dw_Hx3H.astype(w_Hx3H.dtype), dg_2H, dg_H, db_H, dh0_BxH, dm
+
+
+gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)
