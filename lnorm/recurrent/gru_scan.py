@@ -3,7 +3,7 @@ backward, as ``lstm_scan`` is for the LSTM.
 
 ``gru_scan`` computes what scanning ``GRUCell`` over the steps computes, given
 the input side of every step (made before the scan), reorganised for speed.
-BENCHMARKS.md ("Recurrent GRU") has the measurements behind each choice:
+BENCHMARKS.md ("The GRU's scan") has the measurements behind each choice:
 
 * The backward is a scan that does per step only what is sequential; the W_h
   gradient is one (T*B, H)^T @ (T*B, 3H) matmul after it (autodiff of the
