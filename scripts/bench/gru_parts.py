@@ -32,7 +32,6 @@ OpenMP workers slow whatever runs next in the process (BENCHMARKS.md); time
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +40,7 @@ import numpy as np
 from lnorm.normalization import layer_norm
 from lnorm.recurrent.gru_scan import gru_scan
 from scripts.bench import rnn as bench_rnn
+from scripts.bench import timing as bench_timing
 
 EPS = 1e-5
 
@@ -120,17 +120,7 @@ def main(argv=None) -> int:
   runs["scan: sigmoid of (B, 2H), sliced"] = lambda: jax.block_until_ready(joint(xz, h0))
   runs["scan: two sigmoids of (B, H)"] = lambda: jax.block_until_ready(apart(xu, xr, h0))
 
-  for run in runs.values():  # compile and warm up
-    run(), run()
-  samples = {name: [] for name in runs}
-  busy = {name: [] for name in runs}
-  for r in range(args.repeats):
-    for name in np.random.default_rng(r).permutation(list(runs)):
-      t0, c0 = time.perf_counter(), time.process_time()
-      runs[name]()
-      wall = time.perf_counter() - t0
-      samples[name].append(wall)
-      busy[name].append((time.process_time() - c0) / wall)
+  samples, busy = bench_timing.samples_and_cores(runs, args.repeats)
   print(f"T={T}, B={B}, H={H}, I={I}; {args.repeats} repeats; jax {jax.__version__}")
   print("| part | median (ms) | fastest (ms) | cores busy |")
   print("|---|---:|---:|---:|")

@@ -27,7 +27,6 @@ figure overstates).
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +34,7 @@ import numpy as np
 import torch
 
 from scripts.bench import rnn as bench_rnn
+from scripts.bench import timing as bench_timing
 
 
 def main(argv=None) -> int:
@@ -91,17 +91,7 @@ def main(argv=None) -> int:
 
   mac = B * H * 4 * H * T  # one of the three matmuls' multiply-adds
   flops = {"recurrent dots": 2 * 2 * mac, "dW": 2 * mac}
-  for run in runs.values():  # compile and warm up
-    run(), run()
-  samples = {name: [] for name in runs}
-  busy = {name: [] for name in runs}
-  for r in range(args.repeats):
-    for name in np.random.default_rng(r).permutation(list(runs)):
-      t0, c0 = time.perf_counter(), time.process_time()
-      runs[name]()
-      wall = time.perf_counter() - t0
-      samples[name].append(wall)
-      busy[name].append((time.process_time() - c0) / wall)
+  samples, busy = bench_timing.samples_and_cores(runs, args.repeats)
   print(f"T={T}, B={B}, H={H}, I={I}; {args.repeats} repeats; "
         f"jax {jax.__version__}, torch {torch.__version__}")
   print("| part | median (ms) | fastest (ms) | GFLOP/s at the median | cores busy |")

@@ -78,6 +78,26 @@ def interleaved_samples(cands: dict[str, Callable[[], object]], repeats: int,
   return samples
 
 
+def samples_and_cores(runs: dict[str, Callable[[], object]], repeats: int
+                      ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+  """One call of each run per repeat, in a fresh random order (seeded by the
+  repeat): the seconds of each call, and the cores it kept busy (the
+  process's CPU time over the wall time). Each run is called twice first, to
+  compile and warm up."""
+  for run in runs.values():
+    run(), run()
+  samples = {name: [] for name in runs}
+  busy = {name: [] for name in runs}
+  for r in range(repeats):
+    for name in np.random.default_rng(r).permutation(list(runs)):
+      t0, c0 = time.perf_counter(), time.process_time()
+      runs[name]()
+      wall = time.perf_counter() - t0
+      samples[name].append(wall)
+      busy[name].append((time.process_time() - c0) / wall)
+  return samples, busy
+
+
 def step_runner(step: Callable, state, batch) -> Callable[[], None]:
   """One update per call of the result: ``state = step(state, batch)`` (a
   jitted step that donates its state), waiting for the step's metrics."""
