@@ -136,6 +136,11 @@ def test_gru_dtypes():
   g = jax.grad(lambda p: jnp.sum(half.apply(p, x).astype(jnp.float32)))(params)
   assert all(l.dtype == jnp.float32 and np.all(np.isfinite(l))
              for l in jax.tree.leaves(g))
+  # bfloat16 compute, float32 statistics: the gradients stay near float32's.
+  full = R.GRU(H, norm='layer')
+  g32 = jax.grad(lambda p: jnp.sum(full.apply(p, x)))(params)
+  for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g32)):
+    np.testing.assert_allclose(a, b, atol=0.05 * float(np.max(np.abs(b))))
 
 
 def test_gru_checks_arguments():

@@ -116,9 +116,13 @@ def _gru_scan_bwd(norm, eps, unroll, res, cts):
   H = hp_TxBxH.shape[-1]
   layer = norm == 'layer'
   wt_3HxH = w_Hx3H.T
-  zeros = lambda a: None if a is None else jnp.zeros(a.shape, a.dtype)
+  # The row means and the gains' sums over all steps accumulate in at least
+  # float32, as the norms' statistics do.
+  acc = jnp.promote_types(hp_TxBxH.dtype, jnp.float32)
+  zeros = lambda a: None if a is None else jnp.zeros(a.shape, acc)
   sums0 = (zeros(g_2H), zeros(g_H), zeros(b_H))
-  mean = lambda v: jnp.mean(v, -1, keepdims=True)
+  mean = lambda v: jnp.mean(v, -1, keepdims=True, dtype=acc).astype(v.dtype)
+  colsum = lambda v: jnp.sum(v, 0, dtype=acc)
 
   def step(carry, inp):
     dh_BxH, (dg_2H, dg_H, db_H) = carry
@@ -138,10 +142,9 @@ def _gru_scan_bwd(norm, eps, unroll, res, cts):
       au_hat = a3[0] * rz_Bx1
       ar_hat = a3[1] * rz_Bx1
       ac_hat = a3[2] * rc_Bx1
-      dg_2H = dg_2H + jnp.concatenate([jnp.sum(du_BxH * au_hat, 0),
-                                       jnp.sum(dr_BxH * ar_hat, 0)])
-      dg_H = dg_H + jnp.sum(dac_BxH * ac_hat, 0)
-      db_H = db_H + jnp.sum(dac_BxH, 0)
+      dg_2H = dg_2H + jnp.concatenate([colsum(du_BxH * au_hat), colsum(dr_BxH * ar_hat)])
+      dg_H = dg_H + colsum(dac_BxH * ac_hat)
+      db_H = db_H + colsum(dac_BxH)
       dug, drg, dcg = du_BxH * g_2H[None, :H], dr_BxH * g_2H[None, H:], dac_BxH * g_H[None]
       mz = 0.5 * (mean(dug * au_hat) + mean(drg * ar_hat))
       da_Bx3H = jnp.concatenate([_rms_bwd(dug, au_hat, rz_Bx1, mz),
@@ -158,7 +161,9 @@ def _gru_scan_bwd(norm, eps, unroll, res, cts):
       reverse=True, unroll=unroll)
   dw_Hx3H = sum_outer(hp_TxBxH, da_TxBx3H)
   dm = None if m_TxBx1 is None else np.zeros(m_TxBx1.shape, jax.dtypes.float0)
-  return dxu, dxr, dxc, dw_Hx3H.astype(w_Hx3H.dtype), dg_2H, dg_H, db_H, dh0_BxH, dm
+  like = lambda d, p: None if p is None else d.astype(p.dtype)
+  return (dxu, dxr, dxc, dw_Hx3H.astype(w_Hx3H.dtype), like(dg_2H, g_2H), like(dg_H, g_H),
+          like(db_H, b_H), dh0_BxH, dm)
 
 
 gru_scan.defvjp(_gru_scan_fwd, _gru_scan_bwd)
