@@ -9,14 +9,13 @@ BENCHMARKS.md ("The GRU's scan") has the measurements behind each choice:
   gradient is one (T*B, H)^T @ (T*B, 3H) matmul after it (autodiff of the
   scan adds an (H, 3H) outer product into its carry every step), and the
   gain and bias gradients are summed in its carry.
-* Each forward step saves ``h @ w`` before its norms, as three (T, B, H)
-  arrays (update, reset, candidate); the backward recomputes the gates from
-  them, the input side and the previous carry.
-* The update gate, the reset gate and the candidate each have an input array
-  of their own (T, B, H), sliced once before the scan, and are sliced from
-  ``h @ w`` before any transcendental (and saved apart): XLA:CPU's fusions that read a column
-  slice of a sigmoid or of an input run several times slower than those that
-  read whole rows.
+* The update gate, the reset gate and the candidate each have arrays of
+  their own: the input side (T, B, H) each, sliced once before the scan, and
+  ``h @ w``, sliced before any transcendental and saved as three (T, B, H)
+  arrays, from which (with the input side and the previous carry) the
+  backward recomputes the gates. Inside a scan, XLA:CPU runs a fusion that
+  reads column slices of a sigmoid 4-8x slower than two sigmoids of whole
+  rows (``scripts.bench.gru_parts``).
 * For 'layer' the caller passes ``w`` with each LN's columns centred
   (``center``): LN(h @ k) = RMSNorm(h @ center(k)) exactly, so each LN is one
   reduction a row, forward and backward.
@@ -34,7 +33,7 @@ import numpy as np
 from lnorm.recurrent.lstm_scan import rsqrt_mean_square, sum_outer
 
 
-def rsqrt_mean_square2(a_BxH: Array, b_BxH: Array, eps: float) -> Array:
+def _rsqrt_mean_square2(a_BxH: Array, b_BxH: Array, eps: float) -> Array:
   """``rsqrt_mean_square`` of [a, b] over the last axis (one LN over both),
   without their concatenation."""
   acc = jnp.promote_types(a_BxH.dtype, jnp.float32)
@@ -50,7 +49,7 @@ def _step(norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, h_BxH, g_2H, g_H, b_H):
   H = h_BxH.shape[-1]
   rz_Bx1 = rc_Bx1 = None
   if norm == 'layer':
-    rz_Bx1, rc_Bx1 = rsqrt_mean_square2(au_BxH, ar_BxH, eps), rsqrt_mean_square(ac_BxH, eps)
+    rz_Bx1, rc_Bx1 = _rsqrt_mean_square2(au_BxH, ar_BxH, eps), rsqrt_mean_square(ac_BxH, eps)
     au_BxH = au_BxH * rz_Bx1 * g_2H[None, :H]
     ar_BxH = ar_BxH * rz_Bx1 * g_2H[None, H:]
     ac_BxH = ac_BxH * rc_Bx1 * g_H[None] + b_H[None]
