@@ -119,7 +119,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   elif preset == "cpu":
     c.corpus = "novels"
     c.embed_dim, c.features, c.vocab_size, c.learning_rate = 256, 256, 10000, 1e-3
-    c.num_steps, c.eval_every_steps, c.steps_per_call = 6000, 1500, 50
+    c.num_steps, c.eval_every_steps, c.steps_per_call = 1500, 300, 50
     c.eval_folds, c.eval_inner_folds, c.eval_max_examples = 5, 0, 4000
   elif preset == "smoke":
     c.embed_dim, c.features, c.vocab_size, c.max_len, c.batch_size = 16, 32, 500, 12, 32
