@@ -33,6 +33,28 @@ def test_a_failed_run_stops_the_target_and_writes_no_results(tmp_path):
   assert not (tmp_path / "results").exists()
 
 
+def test_runs_side_by_side_share_the_cores_among_their_blas_threads(tmp_path, monkeypatch):
+  from scripts import reproduce
+  from scripts.paper import runs
+  assert runs.blas_threads(1) == {}
+  assert runs.blas_threads(2, cores=2) == {k: "1" for k in runs.BLAS_THREADS}
+  assert runs.blas_threads(4, cores=2)["OPENBLAS_NUM_THREADS"] == "1"
+  assert runs.blas_threads(2, cores=16)["OMP_NUM_THREADS"] == "8"
+  # Each run of --jobs 2 gets them, but a variable the caller set wins.
+  for k in runs.BLAS_THREADS:
+    monkeypatch.delenv(k, raising=False)
+  monkeypatch.setenv("MKL_NUM_THREADS", "5")
+  FakeRun.commands, FakeRun.envs = [], []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  reproduce.main(["fig6", "--preset", "smoke", "--jobs", "2", "--runs_dir", str(tmp_path / "runs"),
+                  "--results_dir", str(tmp_path / "res")])
+  share = str(max(1, os.cpu_count() // 2))
+  assert len(FakeRun.envs) == 6
+  for env in FakeRun.envs:
+    assert (env["OPENBLAS_NUM_THREADS"], env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == (
+        share, share, "5")
+
+
 def test_jobs_must_be_positive(tmp_path):
   p = subprocess.run([sys.executable, "scripts/reproduce.py", "fig4", "--jobs", "0"],
                      cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -57,6 +79,7 @@ class FakeRun:
   """Stands in for ``experiments.main``: writes a run's config.json and
   metrics.jsonl (test error 0.02 * (seed + 1) / epoch) into its workdir."""
   commands: list[list[str]] = []
+  envs: list[dict[str, str]] = []
 
   def __new__(cls, cmd, **kw):
     # Other programs run for real: matplotlib lists the fonts with fc-list
@@ -65,8 +88,9 @@ class FakeRun:
       return _REAL_POPEN(cmd, **kw)
     return super().__new__(cls)
 
-  def __init__(self, cmd, **_):
+  def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
+    FakeRun.envs.append(kw.get("env") or {})
     flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
     config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
     config["learning_rate"] = float(config["learning_rate"])
@@ -458,8 +482,9 @@ class FakeHandwritingRun(FakeRun):
   """A handwriting run: LN's validation NLL falls 30 nats an evaluation, the
   baseline's 20 (seed s starts 10 s nats lower), 4 evaluations of 100 updates."""
 
-  def __init__(self, cmd, **_):
+  def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
+    FakeRun.envs.append(kw.get("env") or {})
     flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
     config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
     seed = int(config.setdefault("seed", 0))
@@ -577,8 +602,9 @@ class FakeSkipRun(FakeRun):
   r better by 0.02 (1 - seed): better, equal, worse. The last record holds
   the baselines' scores (TF-IDF: seed-dependent SICK r, the same in both norms)."""
 
-  def __init__(self, cmd, **_):
+  def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
+    FakeRun.envs.append(kw.get("env") or {})
     flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
     config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
     seed = int(config.setdefault("seed", 0))

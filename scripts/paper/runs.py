@@ -58,7 +58,8 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
   pending, active, failed = list(every), [], []
   # JAX's persistent compilation cache, shared by the target's runs: seeds of a
   # run, and a resumed run, load its programs instead of compiling them again.
-  env = {"JAX_COMPILATION_CACHE_DIR": str(REPO / args.runs_dir / "jax_cache"), **os.environ}
+  env = {"JAX_COMPILATION_CACHE_DIR": str(REPO / args.runs_dir / "jax_cache"),
+         **blas_threads(args.jobs), **os.environ}
   for name, overrides in every:
     wd = workdir(args, name)
     state = finished(wd, config, args.preset, overrides, stops.values())
@@ -113,6 +114,23 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
     per_seed = [collect(args, name, keep, (*optional, *stops.values())) for name, _ in rs]
     records[key] = {**per_seed[0], "seeds": per_seed}
   return records
+
+
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def blas_threads(jobs: int, cores: int | None = None) -> dict[str, str]:
+  """Thread counts for numpy's and scikit-learn's BLAS in each of ``jobs``
+  runs side by side: the cores shared out, at least 1 (a variable the caller
+  set wins, as the caller's environment is laid over these). A BLAS that
+  starts a thread per core in every run oversubscribes the cores: with two
+  skip-thought runs on 2 cores, OpenBLAS's spinning threads made SICK's
+  scikit-learn classifiers take 291-313 s instead of 42-50 s, and MR, CR,
+  SUBJ and MPQA 25-47 s instead of 1.2-2.1 s (BENCHMARKS.md, Table 3)."""
+  if jobs <= 1:
+    return {}
+  n = str(max(1, (cores or os.cpu_count() or 1) // jobs))
+  return {k: n for k in BLAS_THREADS}
 
 
 def _as_json(c) -> dict:
