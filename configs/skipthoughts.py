@@ -36,35 +36,31 @@ Presets:
     at 5. 20 epochs of the stand-in corpus (18,460 updates); the paper trained
     about 1M updates on BookCorpus (~74M sentences). A GPU run.
   ``:cpu``: the novels; 256-d words, 256 units, 10,000 words, Adam at 1e-3,
-    6,000 updates (0.78 of an epoch: 384,000 of the ~492,000 training triples,
-    none seen twice), evaluated every 1,500 updates on all five tasks with 5
+    1,500 updates (0.195 of an epoch: 96,000 of the ~492,000 training triples,
+    none seen twice), evaluated every 300 updates on all five tasks with 5
     folds and C = 1 (no inner selection), all of SICK and up to 4,000
     sentences of each classification set; the baselines at the end. Sized
-    so that 3 seeds a norm (6 runs, 2 at a time) take about 10 h on this
-    2-core machine (below). Results made before the novels (results/table3_cpu:
-    Gutenberg, 128-d words, 4,000 words, 6 epochs = 5,538 updates) are of
-    that older preset; ``--config.corpus=gutenberg --config.embed_dim=128
+    so that 3 seeds a norm (6 runs, 2 at a time) finish in one sitting of
+    this 2-core machine (below): a sitting's machine and workdirs do not
+    outlive it, so a preset that needs several sittings never finishes here.
+    The earlier 6,000-update preset (about 10 h for its 6 runs):
+    ``--config.num_steps=6000 --config.eval_every_steps=1500``. Results made
+    before the novels (Gutenberg, 128-d words, 4,000 words, 6 epochs = 5,538
+    updates; results/table3_cpu as committed at 5922fa6) come back with
+    ``--config.corpus=gutenberg --config.embed_dim=128
     --config.vocab_size=4000 --config.num_steps=0 --config.num_epochs=6
-    --config.eval_every_steps=923`` gives it back.
+    --config.eval_every_steps=923``.
   ``:smoke``: a tiny model, 200 updates on the first 6,400 triples, SICK and MR
     (the baselines too: cheap at 500 words),
     on 2 folds, for tests.
 Runtime, on the 2-core CPU:
   paper: not measured (a GPU run; on this CPU expect many seconds an update).
-  cpu:   measured "loaded" (tqdm's rate, norm=layer, on the novels, with two
-         other CPU-bound training jobs on the 2 cores, i.e. about what one run
-         meets with a second run beside it): 1.05 s an update for the older
-         128-d / 256-unit / 4,000-word model, 2.2 s for this preset's
-         256 / 256 / 10,000 (2.98 s with 384 units, about 4 s expected at
-         20,000 words: the output layer dominates). Before the novels, the
-         older model took 0.75 s with two runs side by side and nothing else,
-         1.4 times faster than loaded; so expect about 1.6 s an update here:
-         6,000 updates 2h40m, plus about 2 minutes reading the novels and 4
-         evaluations of about 6 minutes, the baselines at the last one
-         (measured loaded: TF-IDF 11 min, embedding mean 10 min, nearly all
-         of it SICK's 9 C values): about 3h30m a run, 3 rounds of 2 runs
-         about 10.5 h for --seeds 3 --jobs 2. With other jobs on the machine as when
-         measured (2.2 s), about 4 h a run, 12-13 h in all.
+  cpu:   measured with two runs side by side and nothing else (``--jobs 2``,
+         one BLAS thread a run): 0.7 s an update (tqdm's rate), each of the
+         5 evaluations about 1 minute (SICK's 9 C values 42-50 s of it), the
+         baselines at the last another 2-3 minutes: about 33 minutes a run,
+         1h40m for the 6 runs of --seeds 3 --jobs 2. One run alone, idle:
+         0.5 s an update.
   smoke: a few minutes, most of it compiling and evaluating SICK.
 Paper's result (Table 3, Figure 3; uni-skip, 2400 units, BookCorpus, about 1M
 updates): with LN, SICK r and rho are higher and MSE lower, and MR, CR, SUBJ and
