@@ -3,7 +3,7 @@ import pytest
 
 from lnorm import fused_layer_norm
 from lnorm import native
-from lnorm.recurrent import lstm_scan
+from lnorm.recurrent import gru_scan, lstm_scan
 
 # The heaviest cases of test families whose other cases stay in the fast suite
 # (`python -m pytest`); the slow suite (`-m slow`) runs them.
@@ -56,11 +56,12 @@ def impl_choice(request):
 @pytest.fixture
 def impl(impl_choice, monkeypatch):
   """Runs a test on each CPU implementation: the native kernels (layer_norm's,
-  rms_norm's and the LSTM's), then XLA alone. (Half precision, float64 and the
-  norms over non-trailing axes take XLA either way.)"""
+  rms_norm's, the LSTM's and the GRU's), then XLA alone. (Half precision,
+  float64 and the norms over non-trailing axes take XLA either way.)"""
   if impl_choice == "xla":
     monkeypatch.setattr(fused_layer_norm, "_native_ok", lambda *_: False)
     monkeypatch.setattr(lstm_scan, "_native_ok", lambda *_: False)
+    monkeypatch.setattr(gru_scan, "_native_ok", lambda *_: False)
   yield impl_choice
 
 

@@ -34,6 +34,9 @@ def _worker() -> dict:
   xs = jax.random.normal(jax.random.key(1), (16, 7, 5))
   p = lstm.init(jax.random.key(2), xs)
   lstm_grad = jax.grad(lambda p, xs: jnp.sum(jnp.sin(lstm.apply(p, xs))))
+  gru = recurrent.GRU(16, norm="layer")
+  p_gru = gru.init(jax.random.key(3), xs)
+  gru_grad = jax.grad(lambda p, xs: jnp.sum(jnp.sin(gru.apply(p, xs))))
 
   def per_device(x, g):  # every mesh axis manual: each call sees one device's rows
     return jax.shard_map(lambda x: layer_norm(x, g), mesh=mesh, in_specs=P("data"),
@@ -43,6 +46,7 @@ def _worker() -> dict:
   for name, fn, ref, args, shardings in [
       ("layer_norm", ln, ln, (x, g), (split, whole)),
       ("lstm", lstm_grad, lstm_grad, (p, xs), (whole, split)),
+      ("gru", gru_grad, gru_grad, (p_gru, xs), (whole, split)),
       ("shard_map", per_device, layer_norm, (x, g), (split, whole))]:
     one, eight = jax.jit(ref), jax.jit(fn, in_shardings=shardings)
     hlo1 = one.lower(*args).compile().as_text()
@@ -66,7 +70,7 @@ def report() -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["layer_norm", "lstm"])
+@pytest.mark.parametrize("name", ["layer_norm", "lstm", "gru"])
 def test_a_split_batch_stays_split_and_computes_the_same(report, name):
   r = report[name]
   assert r["gathers_8"] == 0 and r["custom_8"] == 0

@@ -10,8 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lnorm import native
 from lnorm import recurrent as R
-from tests.recurrent_refs import (B, H, I, LENGTHS, T, init_cell, inputs,
+from lnorm.recurrent import gru_scan
+from tests.recurrent_refs import (B, H, I, LENGTHS, T, f64, init_cell, inputs,
                                   length_mask, perturb, random_carry)
 
 
@@ -36,7 +38,7 @@ def _grad(run):
 @pytest.mark.slow
 @pytest.mark.parametrize('masked', [False, True])
 @pytest.mark.parametrize('norm', R.GRU_NORMS)
-def test_gru_matches_recurrent_cell(norm, masked):
+def test_gru_matches_recurrent_cell(norm, masked, impl):
   """Outputs, final carry and all gradients equal those of the cell's scan."""
   gru, cell, params, x, h0 = _setup(norm)
   mask = length_mask() if masked else None
@@ -86,6 +88,100 @@ def test_gru_hand_written_backward_in_float64(norm, masked):
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
       assert a.dtype == jnp.float64
       np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12 * float(np.max(np.abs(b))))
+
+
+# The native kernels' sizes: H not a multiple of 8 (their padded tails), one
+# example, and B * H = 4 * 257, from which they split each step's rows among
+# XLA's threads (rows.h, ForRows).
+NATIVE_SIZES = [(len(LENGTHS), H), (1, 13),
+                pytest.param((len(LENGTHS), 257), marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize('size', NATIVE_SIZES, ids=lambda s: f'B{s[0]}-H{s[1]}')
+@pytest.mark.parametrize('masked', [False, True])
+@pytest.mark.parametrize('norm', R.GRU_NORMS)
+def test_gru_native_steps_match_xla_and_float64(norm, masked, size, monkeypatch):
+  """On CPU, float32: outputs, final carry and all gradients through the
+  native time steps equal the XLA scan's to float32 rounding, and autodiff
+  of the cell's scan in float64 to the tolerance of the float32 paths."""
+  if not native.load():
+    pytest.skip('native kernels unavailable')
+  nb, features = size
+  x = inputs((nb, T, I))
+  gru = R.GRU(features, norm=norm, return_carry=True)
+  params = perturb(jax.jit(gru.init)(jax.random.key(0), x)['params'])
+  h0 = random_carry(jnp.zeros((nb, features)))
+  mask = length_mask(LENGTHS if nb > 1 else [T - 2]) if masked else None
+  ours = lambda p, x, h0: gru.apply({'params': p}, x, mask, initial_carry=h0)
+  grad = _grad(ours)
+  text = grad.lower(params, x, h0).as_text()
+  assert 'lnorm_gru_fwd' in text and 'lnorm_gru_bwd' in text
+  got = grad(params, x, h0)
+  with monkeypatch.context() as m:
+    m.setattr(gru_scan, '_native_ok', lambda *_: False)
+    grad_xla = _grad(ours)
+    assert 'lnorm_gru' not in grad_xla.lower(params, x, h0).as_text()
+    want = grad_xla(params, x, h0)
+  with jax.enable_x64(True):
+    cell64 = R.GRUCell(features, norm=norm, param_dtype=jnp.float64)
+    ref = lambda p, x, h0: R.Recurrent(cell64).apply(
+        {'params': {'cell': p}}, x, mask, initial_carry=h0)
+    want64 = _grad(ref)(f64(params), f64(x), f64(h0))
+    assert 'lnorm_gru' not in _grad(ours).lower(f64(params), f64(x), f64(h0)).as_text()
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  (g, (y, h)) = got
+  if masked:
+    np.testing.assert_array_equal(y[np.logical_not(mask)], 0.0)
+  # The perturbed w makes 'none''s pre-activations sums of H terms of size
+  # ~0.5: the float32 rounding of both paths grows with the width (at 257,
+  # 2.3e-5 of the largest gradient apart, each as far from float64).
+  tol = 1e-5 if features < 100 else 5e-5
+  for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(want64)):
+    assert a.dtype == jnp.float32
+    a, b, c = (np.asarray(v, np.float64) for v in (a, b, c))
+    scale = float(np.max(np.abs(c)))
+    assert scale > 0
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=tol * scale)
+    np.testing.assert_allclose(a, c, rtol=1e-4, atol=5 * tol * scale)
+    # No less accurate than the XLA scan.
+    err, err_xla = np.max(np.abs(a - c)), np.max(np.abs(b - c))
+    assert err <= 2 * err_xla + 1e-6 * scale
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('norm', R.GRU_NORMS)
+def test_gru_second_order_and_vmap(norm, impl):
+  """Higher-order derivatives and vmap, which the native kernels leave to
+  XLA, against the cell's scan."""
+  gru, cell, params, x, h0 = _setup(norm)
+  ours = lambda p, x: gru.apply({'params': p}, x, initial_carry=h0)[1]
+  ref = lambda p, x: R.Recurrent(cell).apply({'params': {'cell': p}}, x, initial_carry=h0)[1]
+
+  def grad_norm(run):
+    def f(p):
+      g = jax.grad(lambda x: jnp.sum(jnp.sin(run(p, x))))(x)
+      return jnp.sum(g * g)
+    return jax.jit(jax.grad(f))
+
+  for a, b in zip(jax.tree.leaves(grad_norm(ours)(params)),
+                  jax.tree.leaves(grad_norm(ref)(params))):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * float(np.max(np.abs(b))))
+  xs = jnp.stack([x, 2 * x])
+  y = jax.jit(jax.vmap(lambda x: ours(params, x)))(xs)
+  for k in range(2):
+    np.testing.assert_allclose(y[k], jax.jit(ref)(params, xs[k]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('norm', R.GRU_NORMS)
+def test_gru_empty_batch(norm, impl):
+  """A batch of none: empty outputs and zero gradients."""
+  gru = R.GRU(H, norm=norm)
+  params = gru.init(jax.random.key(0), inputs((B, T, I)))
+  x = jnp.zeros((0, T, I))
+  y = jax.jit(gru.apply)(params, x)
+  grads = jax.jit(jax.grad(lambda p: jnp.sum(gru.apply(p, x))))(params)
+  assert y.shape == (0, T, H)
+  assert all(bool(jnp.all(g == 0)) for g in jax.tree.leaves(grads))
 
 
 @pytest.mark.parametrize('norm', R.GRU_NORMS)

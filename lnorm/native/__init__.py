@@ -1,9 +1,10 @@
 """lnorm's native CPU kernels: built with the host's C++ compiler on first use.
 
 ``load()`` compiles the kernels (``layer_norm_cpu.cc``: ``layer_norm`` and
-``rms_norm``; ``lstm_cpu.cc``: the LSTM's time step) against the XLA FFI
-headers that jaxlib ships, caches the shared library, and registers its
-handlers as XLA:CPU custom-call targets. ``LNORM_NATIVE`` chooses what happens:
+``rms_norm``; ``lstm_cpu.cc``, ``gru_cpu.cc``: the LSTM's and the GRU's time
+steps) against the XLA FFI headers that jaxlib ships, caches the shared
+library, and registers its handlers as XLA:CPU custom-call targets.
+``LNORM_NATIVE`` chooses what happens:
 
 * ``auto`` (default): build and use the kernels; if that fails (no compiler,
   say), warn once and let the norms take their XLA paths on CPU;
@@ -36,8 +37,8 @@ import jax
 import jaxlib
 
 HERE = Path(__file__).parent
-SOURCES = (HERE / "layer_norm_cpu.cc", HERE / "lstm_cpu.cc")
-HEADERS = (HERE / "vec.h",)
+SOURCES = (HERE / "layer_norm_cpu.cc", HERE / "lstm_cpu.cc", HERE / "gru_cpu.cc")
+HEADERS = (HERE / "vec.h", HERE / "rows.h")
 # XLA custom-call target -> exported handler symbol.
 TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
            "lnorm_layer_norm_bwd": "LnormLayerNormBwd",
@@ -45,6 +46,8 @@ TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
            "lnorm_rms_norm_bwd": "LnormRmsNormBwd",
            "lnorm_lstm_fwd": "LnormLstmFwd",
            "lnorm_lstm_bwd": "LnormLstmBwd",
+           "lnorm_gru_fwd": "LnormGruFwd",
+           "lnorm_gru_bwd": "LnormGruBwd",
            "lnorm_uninitialized": "LnormUninitialized"}
 # No -ffast-math: the kernels' accuracy rests on the order of their float
 # operations (see layer_norm_cpu.cc).

@@ -24,7 +24,8 @@ class GRU(nn.Module):
   their layer norms, is one matmul and one pass over all steps before the
   scan, and each step makes one matmul with [W_h | U]; the scan is
   ``gru_scan``, whose backward is hand-written (the W_h gradient one matmul
-  after it).
+  after it); on CPU, float32 scans run each time step's elementwise work as
+  one native kernel (``lnorm/native``), as ``LSTM``'s do.
 
   Use it, as ``LSTM``, whenever the layer's whole input sequence is known
   before it runs; scan ``GRUCell`` when each step's input depends on the

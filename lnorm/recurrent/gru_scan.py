@@ -19,6 +19,12 @@ BENCHMARKS.md ("The GRU's scan") has the measurements behind each choice:
 * For 'layer' the caller passes ``w`` with each LN's columns centred
   (``center``): LN(h @ k) = RMSNorm(h @ center(k)) exactly, so each LN is one
   reduction a row, forward and backward.
+* On CPU (float32, one device), each step's elementwise work, everything
+  between the matmuls with w, is one native kernel
+  (``lnorm/native/gru_cpu.cc``) instead of XLA's small fusions and row
+  reductions, as ``lstm_scan``'s are; the kernels take the whole (T, ...)
+  arrays and the step, and write their rows in place. They save what the
+  XLA scan saves, so either backward follows either forward.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import jax.numpy as jnp
 from flax.typing import Array
 import numpy as np
 
-from lnorm.recurrent.lstm_scan import rsqrt_mean_square, sum_outer
+from lnorm import native
+from lnorm.native.dispatch import cpu_native
+from lnorm.recurrent.lstm_scan import _uninitialized, rsqrt_mean_square, sum_outer
 
 
 def _rsqrt_mean_square2(a_BxH: Array, b_BxH: Array, eps: float) -> Array:
@@ -60,20 +68,76 @@ def _step(norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, h_BxH, g_2H, g_H, b_H):
   return h_new, (z_BxH, r_BxH, hh_BxH, ac_BxH, rz_Bx1, rc_Bx1)
 
 
+_NORM_CODE = {'none': 0, 'layer': 1}
+
+
+def _native_ok(*dtypes) -> bool:
+  """Whether the scan may run its elementwise steps as native CPU kernels
+  (float32, and the kernels built): chosen per platform when lowering."""
+  return all(jnp.dtype(d) == jnp.float32 for d in dtypes) and native.load()
+
+
+def _native_inputs(B, H, arrays, m_TxBx1, g_2H, g_H, b_H):
+  """The kernels' operands: the whole (T, ...) ``arrays`` and the mask (any
+  buffer when absent), and the parameters (fills for 'none', which reads
+  none). Behind the barrier, a constant array (a mask of ones; the
+  cotangent of a loss like sum(y)) and the fills are loop-invariant data,
+  not constants that XLA sinks into the loop and builds anew every step."""
+  f32 = jnp.float32
+  m_arg = jnp.ones((B,), f32) if m_TxBx1 is None else m_TxBx1[..., 0].astype(f32)
+  if g_2H is None:
+    g_2H, g_H, b_H = jnp.ones((2 * H,), f32), jnp.ones((H,), f32), jnp.zeros((H,), f32)
+  *arrays, m_arg, g_2H, g_H, b_H = jax.lax.optimization_barrier(
+      (*arrays, m_arg, g_2H, g_H, b_H))
+  return arrays, m_arg, (g_2H, g_H, b_H)
+
+
 def _forward(norm, eps, unroll, xu, xr, xc, w_Hx3H, g_2H, g_H, b_H, h0_BxH, m_TxBx1):
   H = h0_BxH.shape[-1]
 
-  def step(h_BxH, inp):
-    xu_BxH, xr_BxH, xc_BxH, m_Bx1 = inp
-    a_Bx3H = h_BxH @ w_Hx3H
-    a3 = (a_Bx3H[:, :H], a_Bx3H[:, H:2 * H], a_Bx3H[:, 2 * H:])
-    h_new, _ = _step(norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, h_BxH, g_2H, g_H, b_H)
-    if m_Bx1 is None:
-      return h_new, (h_new, a3)
-    return (jnp.where(m_Bx1, h_new, h_BxH),
-            (jnp.where(m_Bx1, h_new, jnp.zeros_like(h_new)), a3, h_BxH))
+  # The scans take every array as an argument: the custom JVP of cpu_native
+  # differentiates (through xla_scan) with respect to arguments.
+  def xla_scan(xu, xr, xc, w_Hx3H, g_2H, g_H, b_H, h0_BxH, m_TxBx1):
+    def step(h_BxH, inp):
+      xu_BxH, xr_BxH, xc_BxH, m_Bx1 = inp
+      a_Bx3H = h_BxH @ w_Hx3H
+      a3 = (a_Bx3H[:, :H], a_Bx3H[:, H:2 * H], a_Bx3H[:, 2 * H:])
+      h_new, _ = _step(norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, h_BxH, g_2H, g_H, b_H)
+      if m_Bx1 is None:
+        return h_new, (h_new, a3)
+      return (jnp.where(m_Bx1, h_new, h_BxH),
+              (jnp.where(m_Bx1, h_new, jnp.zeros_like(h_new)), a3, h_BxH))
 
-  return jax.lax.scan(step, h0_BxH, (xu, xr, xc, m_TxBx1), unroll=unroll)
+    return jax.lax.scan(step, h0_BxH, (xu, xr, xc, m_TxBx1), unroll=unroll)
+
+  def native_scan(xu, xr, xc, w_Hx3H, g_2H, g_H, b_H, h0_BxH, m_TxBx1):
+    # Each step's kernel reads its row of the inputs and writes its rows of
+    # the outputs (y, the three blocks of h @ w, the carry under a mask) in
+    # place, as lstm_scan's do.
+    T, B = xu.shape[:2]
+    masked = m_TxBx1 is not None
+    (xu, xr, xc), m_arg, params = _native_inputs(B, H, (xu, xr, xc), m_TxBx1, g_2H, g_H, b_H)
+    sds = jax.ShapeDtypeStruct((T, B, H), jnp.float32)
+    n_out = 4 + masked  # y, au, ar, ac (, hp)
+    kernel = jax.ffi.ffi_call(
+        'lnorm_gru_fwd', (jax.ShapeDtypeStruct((B, H), jnp.float32),) + (sds,) * n_out,
+        input_output_aliases={10 + k: 1 + k for k in range(n_out)}, vmap_method='sequential')
+
+    def body(t, carry):
+      h_BxH, outs = carry
+      h_BxH, *outs = kernel(h_BxH @ w_Hx3H, xu, xr, xc, h_BxH, m_arg, jnp.asarray(t, jnp.int32),
+                            *params, *outs, norm=np.int32(_NORM_CODE[norm]),
+                            masked=np.int32(masked), eps=np.float32(eps))
+      return h_BxH, tuple(outs)
+
+    h_BxH, (y, au, ar, ac, *hp) = jax.lax.fori_loop(
+        0, T, body, (h0_BxH, tuple(_uninitialized(*[(T, B, H)] * n_out))), unroll=unroll)
+    return h_BxH, (y, (au, ar, ac), *hp)
+
+  scan = xla_scan
+  if _native_ok(xu.dtype, w_Hx3H.dtype, h0_BxH.dtype):
+    scan = cpu_native(xla_scan, native_scan)
+  return scan(xu, xr, xc, w_Hx3H, g_2H, g_H, b_H, h0_BxH, m_TxBx1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
@@ -112,52 +176,104 @@ def _rms_bwd(dyg, xhat, r_Bx1, mean_dyg_xhat):
 def _gru_scan_bwd(norm, eps, unroll, res, cts):
   xu_TxBxH, xr_TxBxH, xc_TxBxH, w_Hx3H, g_2H, g_H, b_H, m_TxBx1, a3_TxBxH, hp_TxBxH = res
   dhT_BxH, dy_TxBxH = cts
-  H = hp_TxBxH.shape[-1]
+  B, H = hp_TxBxH.shape[1:]
   layer = norm == 'layer'
-  wt_3HxH = w_Hx3H.T
   # The row means and the gains' sums over all steps accumulate in at least
   # float32, as the norms' statistics do.
   acc = jnp.promote_types(hp_TxBxH.dtype, jnp.float32)
   zeros = lambda a: None if a is None else jnp.zeros(a.shape, acc)
-  sums0 = (zeros(g_2H), zeros(g_H), zeros(b_H))
-  mean = lambda v: jnp.mean(v, -1, keepdims=True, dtype=acc).astype(v.dtype)
-  colsum = lambda v: jnp.sum(v, 0, dtype=acc)
 
-  def step(carry, inp):
-    dh_BxH, (dg_2H, dg_H, db_H) = carry
-    dy_BxH, a3, xu_BxH, xr_BxH, xc_BxH, hp_BxH, m_Bx1 = inp
-    _, (z_BxH, r_BxH, hh_BxH, ac_BxH, rz_Bx1, rc_Bx1) = _step(
-        norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, hp_BxH, g_2H, g_H, b_H)
-    if m_Bx1 is None:
-      dhn_BxH, dkeep_BxH = dh_BxH + dy_BxH, 0.0
-    else:
-      dhn_BxH = jnp.where(m_Bx1, dh_BxH + dy_BxH, 0.0)
-      dkeep_BxH = jnp.where(m_Bx1, 0.0, dh_BxH)
-    du_BxH = dhn_BxH * (hh_BxH - hp_BxH) * z_BxH * (1.0 - z_BxH)  # d(au + xu)
-    dc_BxH = dhn_BxH * z_BxH * (1.0 - hh_BxH * hh_BxH)            # d(xc + r * ac)
-    dr_BxH = dc_BxH * ac_BxH * r_BxH * (1.0 - r_BxH)              # d(ar + xr)
-    dac_BxH = dc_BxH * r_BxH
-    if layer:
-      au_hat = a3[0] * rz_Bx1
-      ar_hat = a3[1] * rz_Bx1
-      ac_hat = a3[2] * rc_Bx1
-      dg_2H = dg_2H + jnp.concatenate([colsum(du_BxH * au_hat), colsum(dr_BxH * ar_hat)])
-      dg_H = dg_H + colsum(dac_BxH * ac_hat)
-      db_H = db_H + colsum(dac_BxH)
-      dug, drg, dcg = du_BxH * g_2H[None, :H], dr_BxH * g_2H[None, H:], dac_BxH * g_H[None]
-      mz = 0.5 * (mean(dug * au_hat) + mean(drg * ar_hat))
-      da_Bx3H = jnp.concatenate([_rms_bwd(dug, au_hat, rz_Bx1, mz),
-                                 _rms_bwd(drg, ar_hat, rz_Bx1, mz),
-                                 _rms_bwd(dcg, ac_hat, rc_Bx1, mean(dcg * ac_hat))], -1)
-    else:
-      da_Bx3H = jnp.concatenate([du_BxH, dr_BxH, dac_BxH], -1)
-    dhp_BxH = dhn_BxH * (1.0 - z_BxH) + dkeep_BxH + da_Bx3H @ wt_3HxH
-    return (dhp_BxH, (dg_2H, dg_H, db_H)), (du_BxH, dr_BxH, dc_BxH, da_Bx3H)
+  # Both scans return (dh_0, (dg_2H, dg_H, db_H), (dxu, dxr, dxc, d(h @ w)))
+  # and take every array as an argument (see _forward).
+  def xla_scan(dy_TxBxH, a3_TxBxH, xu_TxBxH, xr_TxBxH, xc_TxBxH, hp_TxBxH, m_TxBx1, dhT_BxH,
+               w_Hx3H, g_2H, g_H, b_H):
+    wt_3HxH = w_Hx3H.T
+    sums0 = (zeros(g_2H), zeros(g_H), zeros(b_H))
+    mean = lambda v: jnp.mean(v, -1, keepdims=True, dtype=acc).astype(v.dtype)
+    colsum = lambda v: jnp.sum(v, 0, dtype=acc)
 
-  (dh0_BxH, (dg_2H, dg_H, db_H)), (dxu, dxr, dxc, da_TxBx3H) = jax.lax.scan(
-      step, (dhT_BxH, sums0),
-      (dy_TxBxH, a3_TxBxH, xu_TxBxH, xr_TxBxH, xc_TxBxH, hp_TxBxH, m_TxBx1),
-      reverse=True, unroll=unroll)
+    def step(carry, inp):
+      dh_BxH, (dg_2H, dg_H, db_H) = carry
+      dy_BxH, a3, xu_BxH, xr_BxH, xc_BxH, hp_BxH, m_Bx1 = inp
+      _, (z_BxH, r_BxH, hh_BxH, ac_BxH, rz_Bx1, rc_Bx1) = _step(
+          norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, hp_BxH, g_2H, g_H, b_H)
+      if m_Bx1 is None:
+        dhn_BxH, dkeep_BxH = dh_BxH + dy_BxH, 0.0
+      else:
+        dhn_BxH = jnp.where(m_Bx1, dh_BxH + dy_BxH, 0.0)
+        dkeep_BxH = jnp.where(m_Bx1, 0.0, dh_BxH)
+      du_BxH = dhn_BxH * (hh_BxH - hp_BxH) * z_BxH * (1.0 - z_BxH)  # d(au + xu)
+      dc_BxH = dhn_BxH * z_BxH * (1.0 - hh_BxH * hh_BxH)            # d(xc + r * ac)
+      dr_BxH = dc_BxH * ac_BxH * r_BxH * (1.0 - r_BxH)              # d(ar + xr)
+      dac_BxH = dc_BxH * r_BxH
+      if layer:
+        au_hat = a3[0] * rz_Bx1
+        ar_hat = a3[1] * rz_Bx1
+        ac_hat = a3[2] * rc_Bx1
+        dg_2H = dg_2H + jnp.concatenate([colsum(du_BxH * au_hat), colsum(dr_BxH * ar_hat)])
+        dg_H = dg_H + colsum(dac_BxH * ac_hat)
+        db_H = db_H + colsum(dac_BxH)
+        dug, drg, dcg = du_BxH * g_2H[None, :H], dr_BxH * g_2H[None, H:], dac_BxH * g_H[None]
+        mz = 0.5 * (mean(dug * au_hat) + mean(drg * ar_hat))
+        da_Bx3H = jnp.concatenate([_rms_bwd(dug, au_hat, rz_Bx1, mz),
+                                   _rms_bwd(drg, ar_hat, rz_Bx1, mz),
+                                   _rms_bwd(dcg, ac_hat, rc_Bx1, mean(dcg * ac_hat))], -1)
+      else:
+        da_Bx3H = jnp.concatenate([du_BxH, dr_BxH, dac_BxH], -1)
+      dhp_BxH = dhn_BxH * (1.0 - z_BxH) + dkeep_BxH + da_Bx3H @ wt_3HxH
+      return (dhp_BxH, (dg_2H, dg_H, db_H)), (du_BxH, dr_BxH, dc_BxH, da_Bx3H)
+
+    (dh0_BxH, sums), outs = jax.lax.scan(
+        step, (dhT_BxH, sums0),
+        (dy_TxBxH, a3_TxBxH, xu_TxBxH, xr_TxBxH, xc_TxBxH, hp_TxBxH, m_TxBx1),
+        reverse=True, unroll=unroll)
+    return dh0_BxH, sums, outs
+
+  def native_scan(dy_TxBxH, a3_TxBxH, xu_TxBxH, xr_TxBxH, xc_TxBxH, hp_TxBxH, m_TxBx1, dhT_BxH,
+                  w_Hx3H, g_2H, g_H, b_H):
+    # As in _forward: whole arrays in, rows written in place. The buffers of
+    # xu, xr and xc turn into those of their gradients, row by row. The
+    # kernel takes d h_t as two terms, the matmul's and the rest, whose sum
+    # would be one more XLA kernel a step.
+    T = dy_TxBxH.shape[0]
+    masked = m_TxBx1 is not None
+    (dy_TxBxH, *a3_TxBxH, hp_TxBxH), m_arg, params = _native_inputs(
+        B, H, (dy_TxBxH, *a3_TxBxH, hp_TxBxH), m_TxBx1, g_2H, g_H, b_H)
+    # A row-major w^T, as lstm_scan's: XLA folds a plain transpose into the
+    # matmul, whose transposed-operand kernel is slower for these shapes.
+    wt_3HxH = jax.lax.optimization_barrier(w_Hx3H.T)
+    # Pooled by the kernel into one row per chunk of the batch that a thread
+    # takes; the rows are summed after the scan.
+    sums0 = tuple(jnp.zeros((B, n), jnp.float32) for n in ((2 * H, H, H) if layer else ()))
+    sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    n_rest = 4 + len(sums0)  # dxu, dxr, dxc, d(h @ w), sums
+    kernel = jax.ffi.ffi_call(
+        'lnorm_gru_bwd',
+        (sds(B, H), sds(B, 3 * H)) + (sds(T, B, H),) * 3 + (sds(T, B, 3 * H),)
+        + tuple(sds(*s.shape) for s in sums0),
+        input_output_aliases={12 + k: 2 + k for k in range(n_rest)}, vmap_method='sequential')
+
+    def body(i, carry):
+      dpart_BxH, dmm_BxH, rest = carry
+      t = jnp.asarray(T - 1 - i, jnp.int32)
+      dpart_BxH, da_Bx3H, *rest = kernel(
+          dy_TxBxH, *a3_TxBxH, hp_TxBxH, m_arg, t, dpart_BxH, dmm_BxH, *params, *rest,
+          norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked), eps=np.float32(eps))
+      return dpart_BxH, da_Bx3H @ wt_3HxH, tuple(rest)
+
+    dpart_BxH, dmm_BxH, (dxu, dxr, dxc, da, *sums) = jax.lax.fori_loop(
+        0, T, body, (dhT_BxH, jnp.zeros_like(dhT_BxH),
+                     (xu_TxBxH, xr_TxBxH, xc_TxBxH, *_uninitialized((T, B, 3 * H)), *sums0)),
+        unroll=unroll)
+    sums = [jnp.sum(s, 0) for s in sums] if layer else [None] * 3
+    return dpart_BxH + dmm_BxH, tuple(sums), (dxu, dxr, dxc, da)
+
+  scan = xla_scan
+  if _native_ok(hp_TxBxH.dtype, w_Hx3H.dtype, dy_TxBxH.dtype):
+    scan = cpu_native(xla_scan, native_scan)
+  dh0_BxH, (dg_2H, dg_H, db_H), (dxu, dxr, dxc, da_TxBx3H) = scan(
+      dy_TxBxH, a3_TxBxH, xu_TxBxH, xr_TxBxH, xc_TxBxH, hp_TxBxH, m_TxBx1, dhT_BxH, w_Hx3H,
+      g_2H, g_H, b_H)
   dw_Hx3H = sum_outer(hp_TxBxH, da_TxBx3H)
   dm = None if m_TxBx1 is None else np.zeros(m_TxBx1.shape, jax.dtypes.float0)
   like = lambda d, p: None if p is None else d.astype(p.dtype)

@@ -23,7 +23,7 @@ Candidates (``--candidates`` picks some by name):
   On CPU its time steps run native kernels; ``LSTM(none) xla`` and so on
   are the same modules with ``native=False``, all in XLA (as on a GPU);
 * ``GRU(none)``, ``GRU(layer)``: ``lnorm.recurrent.GRU``, L modules stacked
-  (XLA's scan on every platform);
+  (on CPU, float32, its time steps run native kernels, as the LSTM's);
 * ``RNN(LSTMCell(none))``, ``RNN(LSTMCell(layer))``,
   ``RNN(LSTMCell(layer_c))``, ``RNN(GRUCell(none))``, ``RNN(GRUCell(layer))``:
   the cells under ``flax.linen.RNN``;
