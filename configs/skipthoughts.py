@@ -56,7 +56,7 @@ Presets:
 Runtime, on the 2-core CPU:
   paper: not measured (a GPU run; on this CPU expect many seconds an update).
   cpu:   measured with two runs side by side and nothing else (``--jobs 2``,
-         one BLAS thread a run): 0.7 s an update (tqdm's rate), each of the
+         one BLAS thread a run): 0.7-0.8 s an update (tqdm's rate), each of the
          5 evaluations about 1 minute (SICK's 9 C values 42-50 s of it), the
          baselines at the last another 2-3 minutes: about 33 minutes a run,
          1h40m for the 6 runs of --seeds 3 --jobs 2. One run alone, idle:
