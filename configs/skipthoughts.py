@@ -59,7 +59,7 @@ Runtime, on the 2-core CPU:
          one BLAS thread a run): 0.7-0.8 s an update (tqdm's rate), each of the
          5 evaluations about 1 minute (SICK's 9 C values 42-50 s of it), the
          baselines at the last another 2-3 minutes: 23-33 minutes a run,
-         1h40m for the 6 runs of --seeds 3 --jobs 2. One run alone, idle:
+         about 1h35m for the 6 runs of --seeds 3 --jobs 2. One run alone, idle:
          0.5 s an update.
   smoke: a few minutes, most of it compiling and evaluating SICK.
 Paper's result (Table 3, Figure 3; uni-skip, 2400 units, BookCorpus, about 1M
