@@ -36,9 +36,8 @@ import jax.numpy as jnp
 from flax.typing import Array
 import numpy as np
 
-from lnorm import native
 from lnorm.native.dispatch import cpu_native
-from lnorm.recurrent.lstm_scan import _uninitialized, rsqrt_mean_square, sum_outer
+from lnorm.recurrent.lstm_scan import _native_ok, _uninitialized, rsqrt_mean_square, sum_outer
 
 
 def _rsqrt_mean_square2(a_BxH: Array, b_BxH: Array, eps: float) -> Array:
@@ -69,12 +68,6 @@ def _step(norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, h_BxH, g_2H, g_H, b_H):
 
 
 _NORM_CODE = {'none': 0, 'layer': 1}
-
-
-def _native_ok(*dtypes) -> bool:
-  """Whether the scan may run its elementwise steps as native CPU kernels
-  (float32, and the kernels built): chosen per platform when lowering."""
-  return all(jnp.dtype(d) == jnp.float32 for d in dtypes) and native.load()
 
 
 def _native_inputs(B, H, arrays, m_TxBx1, g_2H, g_H, b_H):

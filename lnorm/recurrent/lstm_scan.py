@@ -98,10 +98,11 @@ def _saved_sizes(norm: str, H: int, masked: bool) -> list[int]:
   return sizes
 
 
-def _native_ok(dtype) -> bool:
-  """Whether the scans may run their elementwise steps as native CPU kernels
-  (float32, and the kernels built): chosen per platform when lowering."""
-  return jnp.dtype(dtype) == jnp.float32 and native.load()
+def _native_ok(*dtypes) -> bool:
+  """Whether the scans (this one's and gru_scan's) may run their elementwise
+  steps as native CPU kernels (every dtype float32, and the kernels built):
+  chosen per platform when lowering."""
+  return all(jnp.dtype(d) == jnp.float32 for d in dtypes) and native.load()
 
 
 _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
