@@ -12,6 +12,7 @@ import pytest
 
 from lnorm import native
 from lnorm import recurrent as R
+from lnorm.recurrent import lstm_scan
 from tests.recurrent_refs import (B, H, I, LENGTHS, T, f64, init_cell, inputs,
                                   length_mask, perturb, random_carry)
 
@@ -126,6 +127,66 @@ def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
     lstm64, _, p64, x64, c64, _ = _seq_setup(norm, jnp.float64)
     ours64, _ = _seq_runs(lstm64, None, None)
     assert 'lnorm_lstm' not in jax.jit(ours64).lower(p64, x64, c64).as_text()
+
+
+# The native scans' sizes (lstm_cpu.cc, gemm.h): H not a multiple of the
+# gemm's panel width or of 8 (padded tails of the panels and of the row
+# passes), one example, and B = 11 (a full block of rows for the gemm's
+# tiles and a tail) with B * H >= 1024, from which a team of threads splits
+# the products' columns and the batch's rows; 257: an odd number of panels.
+NATIVE_SIZES = [(len(LENGTHS), H), (1, 13), (11, 100),
+                pytest.param((len(LENGTHS), 257), marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize('size', NATIVE_SIZES, ids=lambda s: f'B{s[0]}-H{s[1]}')
+@pytest.mark.parametrize('masked', [False, True])
+@pytest.mark.parametrize('norm', SEQ_NORMS)
+def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch):
+  """On CPU, float32: outputs, final carry and all gradients through the
+  native scans equal the XLA scans' to float32 rounding, and autodiff of the
+  cell's scan in float64 to the tolerance of the float32 paths."""
+  if not native.load():
+    pytest.skip('native kernels unavailable')
+  nb, features = size
+  lengths = (LENGTHS * 3)[:nb] if nb > 1 else [T - 2]
+  x = inputs((nb, T, I))
+  lstm = R.LSTM(features, norm=norm, return_carry=True)
+  params = perturb(jax.jit(lstm.init)(jax.random.key(0), x)['params'])
+  carry0 = random_carry((jnp.zeros((nb, features)),) * 2)
+  mask = length_mask(lengths) if masked else None
+  ours = lambda p, x, c0: lstm.apply({'params': p}, x, mask, initial_carry=c0)
+  grad = _seq_grad(ours)
+  text = grad.lower(params, x, carry0).as_text()
+  assert 'lnorm_lstm_fwd' in text and 'lnorm_lstm_bwd' in text
+  got = grad(params, x, carry0)
+  with monkeypatch.context() as m:
+    m.setattr(lstm_scan, '_native_ok', lambda *_: False)
+    grad_xla = _seq_grad(ours)
+    assert 'lnorm_lstm' not in grad_xla.lower(params, x, carry0).as_text()
+    want = grad_xla(params, x, carry0)
+  with jax.enable_x64(True):
+    cell64 = R.LSTMCell(features, norm=norm, param_dtype=jnp.float64)
+    ref = lambda p, x, c0: R.Recurrent(cell64).apply(
+        {'params': {'cell': p}}, x, mask, initial_carry=c0)
+    want64 = _seq_grad(ref)(f64(params), f64(x), f64(carry0))
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  if masked:
+    np.testing.assert_array_equal(got[1][0][np.logical_not(mask)], 0.0)
+  # The perturbed W_h makes pre-activations sums of H terms of size ~0.5:
+  # the float32 rounding of both paths grows with the width.
+  tol = 1e-5 if features < 50 else 5e-5
+  for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(want64)):
+    assert a.dtype == jnp.float32
+    a, b, c = (np.asarray(v, np.float64) for v in (a, b, c))
+    scale = float(np.max(np.abs(c)))
+    assert scale > 0
+    # The two float32 paths are each this far from float64 (XLA's up to
+    # 2.7e-5 of the largest gradient at H = 5, 'layer').
+    np.testing.assert_allclose(a, b, rtol=1e-3, atol=10 * tol * scale)
+    np.testing.assert_allclose(a, c, rtol=1e-3, atol=5 * tol * scale)
+    # No less accurate than the XLA scans.
+    err, err_xla = np.max(np.abs(a - c)), np.max(np.abs(b - c))
+    assert err <= 2 * err_xla + 1e-6 * scale
 
 
 @pytest.mark.slow

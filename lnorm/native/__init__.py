@@ -38,7 +38,7 @@ import jaxlib
 
 HERE = Path(__file__).parent
 SOURCES = (HERE / "layer_norm_cpu.cc", HERE / "lstm_cpu.cc", HERE / "gru_cpu.cc")
-HEADERS = (HERE / "vec.h", HERE / "rows.h")
+HEADERS = (HERE / "vec.h", HERE / "rows.h", HERE / "gemm.h", HERE / "team.h")
 # XLA custom-call target -> exported handler symbol.
 TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
            "lnorm_layer_norm_bwd": "LnormLayerNormBwd",

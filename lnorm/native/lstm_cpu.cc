@@ -1,14 +1,16 @@
-// One LSTM time step's elementwise work for XLA:CPU, forward and backward,
-// called through the XLA FFI from the scans in lnorm/recurrent.py. The
-// matmuls with W_h stay in XLA; everything between them is one kernel here,
-// where XLA:CPU runs it as a dozen or more small kernels (one per fusion and
-// per row reduction), whose fixed costs dominate at the batch sizes of the
-// paper's recurrent models.
+// The LSTM's scans for XLA:CPU, forward and backward, each one call for the
+// whole sequence, called through the XLA FFI from lnorm/recurrent/lstm_scan.py.
+// Each owns its time loop: the step's product with W_h (gemm.h, W_h packed
+// once a call) and the elementwise work around it, on a team of threads
+// (team.h) that splits the product's columns and the batch's rows, with a
+// barrier between the phases. In XLA, the loop costs a dozen or more small
+// kernels a step and a hand-off to the intra-op pool for each matmul, whose
+// fixed costs dominate at the batch sizes of the paper's recurrent models.
 //
 // The equations and the layout of the row saved per step are those of
-// _lstm_fwd and _lstm_scan_bwd in lnorm/recurrent.py (their XLA versions),
-// with norm 0 = 'none', 1 = 'layer', 2 = 'layer_c'. Parameters a norm does
-// not use arrive as ones (gains) and zeros (biases); inputs it does not read
+// _lstm_fwd and _lstm_scan_bwd in lstm_scan.py (their XLA versions), with
+// norm 0 = 'none', 1 = 'layer', 2 = 'layer_c'. Parameters a norm does not
+// use arrive as ones (gains) and zeros (biases); inputs it does not read
 // (the mask with masked = 0; rx but for 'layer') arrive as any buffer.
 
 #include <algorithm>
@@ -17,7 +19,9 @@
 #include <cstring>
 #include <vector>
 
+#include "gemm.h"
 #include "rows.h"
+#include "team.h"
 #include "vec.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -35,7 +39,6 @@ using lnorm::LoadN;
 using lnorm::Ld;
 using lnorm::St;
 using lnorm::SumOf;
-using lnorm::ForRows;
 
 struct Params {
   const float *gx, *b4, *g4, *gH, *bH;
@@ -61,311 +64,403 @@ inline void Gates(float* act, int64_t H, const Z& z) {
   Map(act + 3 * H, H, [&](int64_t j) { return lnorm::Tanh(z(3, j)); });
 }
 
-// Time step t of the forward scan. It reads step t of the whole inputs xw
-// (T, B, 4H), the mask and rx (T, B; any buffer when unused), and writes row
-// t of y (T, B, H) and of the saved rows (T, B, S), both aliased to their
-// outputs, so that the scan has no per-step slices or updates to copy.
-ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xw,
-                   ffi::Buffer<ffi::F32> c, ffi::Buffer<ffi::F32> h,
+// What a call's rows share: the shapes, the norm and the inputs read by row.
+struct Seq {
+  int64_t T, B, H, S;
+  int32_t norm;
+  bool masked;
+  float eps;
+  const float *m, *rx;
+  Params p;
+};
+
+// Row b of forward step t, from a = (h_{t-1} @ W_h)[b] and the carry rows
+// cr, hr: writes c_t to cn (which may be cr), h_t to hn, y's row yr and the
+// saved row. cnew (H) and gates (4H, 'layer') are scratch.
+void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
+                int64_t b, const float* ar, const float* cr, const float* hr,
+                float* cn, float* hn, float* yr, float* cnew, float* gates) {
+  const int64_t H = s.H, B = s.B;
+  const int32_t norm = s.norm;
+  const Params& p = s.p;
+  const float* xr = xw + (t * B + b) * 4 * H;
+  float* row = saved + (t * B + b) * s.S;
+  // 'layer' saves ah and ra, from which the backward recomputes the gates;
+  // the others save the gates.
+  float* act = norm == 1 ? gates : row;
+  float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
+  if (norm == 1) {
+    const float rxb = s.rx[t * B + b];
+    const float ms = SumOf(4 * H, [&](int64_t j) {
+      const f8 v = LoadN(ar, j, 4 * H);
+      return v * v;
+    }) / (4 * H);
+    const float ra = 1.0f / std::sqrt(ms + s.eps);
+    float* ahr = row;
+    ahr[4 * H] = ra;
+    // ah into the saved row, and the gates from it, in one pass a gate.
+    Gates(act, H, [&](int64_t k, int64_t j) {
+      const int64_t off = k * H;
+      const f8 ah = LoadN(ar + off, j, H) * ra;
+      StoreN(ahr + off, j, H, ah);
+      return LayerZ(ah, xr, rxb, p, off, j, H);
+    });
+  } else {
+    Gates(act, H, [&](int64_t k, int64_t j) {
+      const int64_t o = k * H;
+      return LoadN(ar + o, j, H) + LoadN(xr + o, j, H) * LoadN(p.gx + o, j, H) +
+             LoadN(p.b4 + o, j, H);
+    });
+  }
+  const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
+  Map(cnew, H, [&](int64_t j) {
+    return LoadN(f, j, H) * LoadN(cr, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
+  });
+  for (int64_t j = 0; j < H; ++j) cp[j] = cr[j];
+  if (norm == 0) {
+    Map(hn, H, [&](int64_t j) {
+      return LoadN(o, j, H) * lnorm::Tanh(LoadN(cnew, j, H));
+    });
+  } else {
+    const float mc = SumOf(H, [&](int64_t j) { return LoadN(cnew, j, H); }) / H;
+    // Zero-padded tails would add (0 - mc)^2 per pad: mask them out.
+    const float vc = SumOf(H, [&](int64_t j) {
+      f8 d = LoadN(cnew, j, H) - mc;
+      if (j + 8 > H) {
+        for (int64_t k = H - j; k < 8; ++k) d[k] = 0;
+      }
+      return d * d;
+    }) / H;
+    const float rc = 1.0f / std::sqrt(vc + s.eps);
+    cp[H] = mc;
+    cp[H + 1] = rc;
+    Map(hn, H, [&](int64_t j) {
+      const f8 ch = (LoadN(cnew, j, H) - mc) * rc;
+      return LoadN(o, j, H) *
+             lnorm::Tanh(ch * LoadN(p.gH, j, H) + LoadN(p.bH, j, H));
+    });
+  }
+  const bool keep = !s.masked || s.m[t * B + b] != 0;
+  if (s.masked) {
+    float* hp = cp + H + (norm == 0 ? 0 : 2);
+    for (int64_t j = 0; j < H; ++j) hp[j] = hr[j];
+  }
+  for (int64_t j = 0; j < H; ++j) {
+    yr[j] = keep ? hn[j] : 0.0f;
+    cn[j] = keep ? cnew[j] : cr[j];
+    hn[j] = keep ? hn[j] : hr[j];
+  }
+}
+
+// Scratch rows of one thread's backward rows.
+struct BwdScratch {
+  explicit BwdScratch(int64_t H, bool layer)
+      : cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
+        dz(layer ? 4 * H : 0), dxh(layer ? 4 * H : 0), gates(layer ? 4 * H : 0) {}
+  std::vector<float> cnew, tc, ch, dcn, dcnew, dhc, dz, dxh, gates;
+};
+
+// Row b of backward step t, from the carries' cotangents dcr and dhr (dc_t,
+// dh_t): writes dc_{t-1} to dco (which may be dcr), d(h @ w) to da, adds to
+// this thread's rows of the sums, and for 'layer' turns the row xr of xw,
+// once read, into d xw's.
+void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
+                 int64_t b, const float* dcr, const float* dhr, float* dco,
+                 float* da, float* xr, float* const* srow, int64_t nsums,
+                 BwdScratch& w) {
+  const int64_t H = s.H, B = s.B;
+  const int32_t norm = s.norm;
+  const Params& p = s.p;
+  const float* row = saved + (t * B + b) * s.S;
+  const float rxb = norm == 1 ? s.rx[t * B + b] : 1.0f;
+  const float* ah = row;  // 'layer' only
+  const float ra = norm == 1 ? ah[4 * H] : 0.0f;
+  const float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
+  const float* act = row;
+  if (norm == 1) {
+    Gates(w.gates.data(), H, [&](int64_t k, int64_t j) {
+      return LayerZ(LoadN(ah + k * H, j, H), xr, rxb, p, k * H, j, H);
+    });
+    act = w.gates.data();
+  }
+  const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
+  float *cnew = w.cnew.data(), *tc = w.tc.data(), *ch = w.ch.data(),
+        *dcn = w.dcn.data(), *dcnew = w.dcnew.data(), *dhc = w.dhc.data();
+  Map(cnew, H, [&](int64_t j) {
+    return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
+  });
+  const bool keep = !s.masked || s.m[t * B + b] != 0;
+  const float* dyr = dy + (t * B + b) * H;
+  for (int64_t j = 0; j < H; ++j) dhc[j] = keep ? dhr[j] + dyr[j] : 0.0f;
+  const float dc_keep = keep ? 1.0f : 0.0f;
+  float* s_db4 = srow[0];
+  if (norm == 0) {
+    Map(tc, H, [&](int64_t j) { return lnorm::Tanh(LoadN(cnew, j, H)); });
+    Map(dcnew, H, [&](int64_t j) {
+      const f8 tv = LoadN(tc, j, H);
+      return LoadN(dcr, j, H) * dc_keep +
+             LoadN(dhc, j, H) * LoadN(o, j, H) * (1.0f - tv * tv);
+    });
+  } else {
+    // Two passes: the normalized c, its tanh, d(LN(c)) and the means of
+    // d = dcn * gH and ch * d; then dc and the gain and bias sums.
+    // Zero-padded tails of dhc make dcn, hence the padded terms, 0.
+    const float mc = cp[H], rc = cp[H + 1];
+    f8 m1v{}, m2v{};
+    For8(H, [&](int64_t j, auto full) {
+      constexpr bool F = decltype(full)::value;
+      const f8 chv = (Ld<F>(cnew, j, H) - mc) * rc;
+      const f8 tv = lnorm::Tanh(chv * Ld<F>(p.gH, j, H) + Ld<F>(p.bH, j, H));
+      const f8 dcnv = Ld<F>(dhc, j, H) * Ld<F>(o, j, H) * (1.0f - tv * tv);
+      const f8 d = dcnv * Ld<F>(p.gH, j, H);
+      St<F>(ch, j, H, chv);
+      St<F>(tc, j, H, tv);
+      St<F>(dcn, j, H, dcnv);
+      m1v += d;
+      m2v += chv * d;
+    });
+    const float m1 = lnorm::Sum(m1v) / H, m2 = lnorm::Sum(m2v) / H;
+    float* s_gH = srow[nsums - 2];
+    float* s_bH = srow[nsums - 1];
+    For8(H, [&](int64_t j, auto full) {
+      constexpr bool F = decltype(full)::value;
+      const f8 dcnv = Ld<F>(dcn, j, H), chv = Ld<F>(ch, j, H);
+      const f8 d = dcnv * Ld<F>(p.gH, j, H);
+      St<F>(dcnew, j, H, Ld<F>(dcr, j, H) * dc_keep + rc * ((d - m1) - chv * m2));
+      St<F>(s_gH, j, H, Ld<F>(s_gH, j, H) + dcnv * chv);
+      St<F>(s_bH, j, H, Ld<F>(s_bH, j, H) + dcnv);
+    });
+  }
+  // d(pre-activations) dz, and the bias sum. Without 'layer' dz is the
+  // output d(h @ w); with it, dz goes to a scratch row for the next pass.
+  float* dz = norm == 1 ? w.dz.data() : da;
+  For8(H, [&](int64_t j, auto full) {
+    constexpr bool F = decltype(full)::value;
+    const f8 fv = Ld<F>(f, j, H), iv = Ld<F>(i, j, H), ov = Ld<F>(o, j, H),
+             gv = Ld<F>(g, j, H), dcv = Ld<F>(dcnew, j, H);
+    const f8 dzk[4] = {
+        dcv * Ld<F>(cp, j, H) * fv * (1.0f - fv),
+        dcv * gv * iv * (1.0f - iv),
+        Ld<F>(dhc, j, H) * Ld<F>(tc, j, H) * ov * (1.0f - ov),
+        dcv * iv * (1.0f - gv * gv)};
+    for (int64_t k = 0; k < 4; ++k) {
+      St<F>(dz + k * H, j, H, dzk[k]);
+      St<F>(s_db4 + k * H, j, H, Ld<F>(s_db4 + k * H, j, H) + dzk[k]);
+    }
+  });
+  if (norm == 1) {
+    // The gain sums, d xh = dz gx into d xw's row and dz g4 into d(h @ w)'s,
+    // and the sums of ah dz g4 and of xw dz gx that the two norms' backward
+    // needs (padded tails add 0: dz is 0 there).
+    float* dxh = w.dxh.data();
+    float* s_g4 = srow[1];
+    float* s_gx = srow[2];
+    f8 mad8{}, mx8{};
+    For8(4 * H, [&](int64_t j, auto full) {
+      constexpr bool F = decltype(full)::value;
+      const int64_t n = 4 * H;
+      const f8 dzv = Ld<F>(dz, j, n), ahv = Ld<F>(ah, j, n),
+               xwv = Ld<F>(xr, j, n);
+      const f8 d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
+      St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
+      St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
+      St<F>(da, j, n, d);
+      St<F>(dxh, j, n, dxhv);
+      mad8 += ahv * d;
+      mx8 += dxhv * xwv;
+    });
+    // The two layer norms' backward: da from dz g4 and ah; d xw from
+    // d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
+    const float mad = lnorm::Sum(mad8) / (4 * H);
+    const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
+    For8(4 * H, [&](int64_t j, auto full) {
+      constexpr bool F = decltype(full)::value;
+      St<F>(da, j, 4 * H, ra * (Ld<F>(da, j, 4 * H) - Ld<F>(ah, j, 4 * H) * mad));
+      St<F>(xr, j, 4 * H, rxb * (Ld<F>(dxh, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
+    });
+  }
+  for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
+}
+
+// Scratch that outlives one call: the packed W_h (a few MiB, whose fresh
+// pages would cost more to fault in than the packing) and the carries.
+float* Scratch(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// Threads for a call: a step's work must outweigh the barriers between its
+// phases.
+int64_t TeamSize(ffi::ThreadPool& pool, int64_t B, int64_t H) {
+  return B * H < lnorm::kMinParallelWork ? 1 : pool.num_threads();
+}
+
+// The forward scan over all T steps. Each step: a = h_{t-1} @ W_h, its
+// columns split among the team; then the rows' elementwise work, the rows
+// split. It reads xw (T, B, 4H), the mask and rx (T, B; any buffer when
+// unused), and writes y (T, B, H), the saved rows (T, B, S) and the final
+// carry.
+ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
+                   ffi::Buffer<ffi::F32> c0, ffi::Buffer<ffi::F32> h0,
                    ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> rx,
-                   ffi::Buffer<ffi::S32> step, ffi::Buffer<ffi::F32> gx,
-                   ffi::Buffer<ffi::F32> b4, ffi::Buffer<ffi::F32> g4,
-                   ffi::Buffer<ffi::F32> gH, ffi::Buffer<ffi::F32> bH,
-                   ffi::Buffer<ffi::F32> y_in, ffi::Buffer<ffi::F32> saved_in,
-                   int32_t norm, int32_t masked, float eps,
-                   ffi::ResultBuffer<ffi::F32> c_out,
+                   ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
+                   ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
+                   ffi::Buffer<ffi::F32> bH, int32_t norm, int32_t masked,
+                   float eps, ffi::ResultBuffer<ffi::F32> c_out,
                    ffi::ResultBuffer<ffi::F32> h_out,
                    ffi::ResultBuffer<ffi::F32> y_out,
                    ffi::ResultBuffer<ffi::F32> saved, ffi::ThreadPool pool) {
-  const int64_t H = gH.element_count(), B = H > 0 ? c.element_count() / H : 0;
+  const int64_t H = gH.element_count(), B = H > 0 ? c0.element_count() / H : 0;
   if (B * H == 0) return ffi::Error::Success();  // an empty batch
   const int64_t T = y_out->element_count() / (B * H);
-  const int64_t t = step.typed_data()[0];
-  if (static_cast<int64_t>(a.element_count()) != B * 4 * H ||
-      static_cast<int64_t>(xw.element_count()) != T * B * 4 * H || t < 0 ||
-      t >= T || y_in.typed_data() != y_out->typed_data() ||
-      saved_in.typed_data() != saved->typed_data()) {
-    return ffi::Error::InvalidArgument("lnorm lstm step: bad shapes");
+  if (static_cast<int64_t>(w.element_count()) != H * 4 * H ||
+      static_cast<int64_t>(xw.element_count()) != T * B * 4 * H) {
+    return ffi::Error::InvalidArgument("lnorm lstm: bad shapes");
   }
-  const int64_t S = saved->element_count() / (T * B);
-  const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
-                 gH.typed_data(), bH.typed_data()};
-  const float* mt = masked ? m.typed_data() + t * B : nullptr;
-  ForRows(pool, B, H, [&](int64_t b0, int64_t b1, int64_t) {
+  std::memcpy(c_out->typed_data(), c0.typed_data(), B * H * sizeof(float));
+  std::memcpy(h_out->typed_data(), h0.typed_data(), B * H * sizeof(float));
+  if (T == 0) return ffi::Error::Success();
+  const Seq s{T, B, H, static_cast<int64_t>(saved->element_count()) / (T * B),
+              norm, masked != 0, eps, m.typed_data(), rx.typed_data(),
+              Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
+                     gH.typed_data(), bH.typed_data()}};
+  const int64_t N = 4 * H, P = lnorm::Panels(N);
+  float* packed = Scratch(lnorm::PackedSize(H, N) + B * N + B * H);
+  float* a = packed + lnorm::PackedSize(H, N);
+  // h_t goes to h_out at odd t and to hbuf at even: the gemm of step t + 1
+  // reads h_t while its rows write h_{t+1}, so they alternate.
+  float* hbuf = a + B * N;
+  float* c = c_out->typed_data();
+  lnorm::RunTeam(pool, TeamSize(pool, B, H), [&](lnorm::Team& team) {
+    const int64_t p0 = team.Begin(P), p1 = team.End(P);
+    const int64_t b0 = team.Begin(B), b1 = team.End(B);
+    lnorm::Pack(w.typed_data(), H, N, N, packed, p0, p1);
     std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
-    for (int64_t b = b0; b < b1; ++b) {
-      const float* ar = a.typed_data() + b * 4 * H;
-      const float* xr = xw.typed_data() + (t * B + b) * 4 * H;
-      const float* cr = c.typed_data() + b * H;
-      const float* hr = h.typed_data() + b * H;
-      float* row = saved->typed_data() + (t * B + b) * S;
-      // 'layer' saves ah and ra, from which the backward recomputes the gates;
-      // the others save the gates.
-      float* act = norm == 1 ? gates.data() : row;
-      float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
-      if (norm == 1) {
-        const float rxb = rx.typed_data()[t * B + b];
-        const float ms = SumOf(4 * H, [&](int64_t j) {
-          const f8 v = LoadN(ar, j, 4 * H);
-          return v * v;
-        }) / (4 * H);
-        const float ra = 1.0f / std::sqrt(ms + eps);
-        float* ahr = row;
-        ahr[4 * H] = ra;
-        // ah into the saved row, and the gates from it, in one pass a gate.
-        Gates(act, H, [&](int64_t k, int64_t j) {
-          const int64_t off = k * H;
-          const f8 ah = LoadN(ar + off, j, H) * ra;
-          StoreN(ahr + off, j, H, ah);
-          return LayerZ(ah, xr, rxb, p, off, j, H);
-        });
-      } else {
-        Gates(act, H, [&](int64_t k, int64_t j) {
-          const int64_t o = k * H;
-          return LoadN(ar + o, j, H) + LoadN(xr + o, j, H) * LoadN(p.gx + o, j, H) +
-                 LoadN(p.b4 + o, j, H);
-        });
+    team.Sync();
+    for (int64_t t = 0; t < T; ++t) {
+      const float* hp = t % 2 == 0 ? h_out->typed_data() : hbuf;
+      float* hn = t % 2 == 0 ? hbuf : h_out->typed_data();
+      lnorm::GemmPanels(hp, B, H, H, packed, N, a, N, p0, p1);
+      team.Sync();
+      for (int64_t b = b0; b < b1; ++b) {
+        ForwardRow(s, xw.typed_data(), saved->typed_data(), t, b, a + b * N,
+                   c + b * H, hp + b * H, c + b * H, hn + b * H,
+                   y_out->typed_data() + (t * B + b) * H, cnew.data(),
+                   gates.data());
       }
-      const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
-      Map(cnew.data(), H, [&](int64_t j) {
-        return LoadN(f, j, H) * LoadN(cr, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
-      });
-      for (int64_t j = 0; j < H; ++j) cp[j] = cr[j];
-      float* hn = h_out->typed_data() + b * H;
-      if (norm == 0) {
-        Map(hn, H, [&](int64_t j) {
-          return LoadN(o, j, H) * lnorm::Tanh(LoadN(cnew.data(), j, H));
-        });
-      } else {
-        const float mc =
-            SumOf(H, [&](int64_t j) { return LoadN(cnew.data(), j, H); }) / H;
-        // Zero-padded tails would add (0 - mc)^2 per pad: mask them out.
-        const float vc = SumOf(H, [&](int64_t j) {
-          f8 d = LoadN(cnew.data(), j, H) - mc;
-          if (j + 8 > H) {
-            for (int64_t k = H - j; k < 8; ++k) d[k] = 0;
-          }
-          return d * d;
-        }) / H;
-        const float rc = 1.0f / std::sqrt(vc + eps);
-        cp[H] = mc;
-        cp[H + 1] = rc;
-        Map(hn, H, [&](int64_t j) {
-          const f8 ch = (LoadN(cnew.data(), j, H) - mc) * rc;
-          return LoadN(o, j, H) *
-                 lnorm::Tanh(ch * LoadN(p.gH, j, H) + LoadN(p.bH, j, H));
-        });
-      }
-      float* cn = c_out->typed_data() + b * H;
-      float* yr = y_out->typed_data() + (t * B + b) * H;
-      const bool keep = !masked || mt[b] != 0;
-      if (masked) {
-        float* hp = cp + H + (norm == 0 ? 0 : 2);
-        for (int64_t j = 0; j < H; ++j) hp[j] = hr[j];
-      }
-      for (int64_t j = 0; j < H; ++j) {
-        yr[j] = keep ? hn[j] : 0.0f;
-        cn[j] = keep ? cnew[j] : cr[j];
-        hn[j] = keep ? hn[j] : hr[j];
-      }
+      team.Sync();
     }
   });
+  if (T % 2 == 1) {
+    std::memcpy(h_out->typed_data(), hbuf, B * H * sizeof(float));
+  }
   return ffi::Error::Success();
 }
 
-// Time step t of the backward scan, over the whole arrays as the forward:
-// it reads step t of dy (T, B, H), the saved rows, the mask and rx, and
-// writes row t of d(h @ w) (T, B, 4H), aliased to its output; d(h @ w) at t
-// is also an output of its own, for the matmul of the step. For 'layer' the
-// first of the remaining buffers holds xw, and the kernel overwrites its row
-// t, once read, with d xw: one (T, B, 4H) array for both. The sums are
-// aliased too.
+// The backward scan over all T steps, last first. Each step: the rows'
+// elementwise work, the rows split among the team, which writes row t of
+// d(h @ w) (T, B, 4H); then dh_{t-1} = d(h @ w)_t @ W_h^T, its columns split.
+// For 'layer' the first of the remaining buffers holds xw, aliased to d xw,
+// and each row, once read, becomes d xw's. The sums (B, n each) come out as
+// one row per chunk of the batch that a thread takes (zeros elsewhere),
+// which the scan sums.
 ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> rx,
-                    ffi::Buffer<ffi::S32> step,
                     ffi::Buffer<ffi::F32> dc, ffi::Buffer<ffi::F32> dh,
                     ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                     ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
-                    ffi::Buffer<ffi::F32> bH, ffi::Buffer<ffi::F32> da_in,
+                    ffi::Buffer<ffi::F32> bH, ffi::Buffer<ffi::F32> w,
                     ffi::RemainingArgs rest_in, int32_t norm, int32_t masked,
                     ffi::ResultBuffer<ffi::F32> dc_out,
-                    ffi::ResultBuffer<ffi::F32> da_t,
+                    ffi::ResultBuffer<ffi::F32> dh_out,
                     ffi::ResultBuffer<ffi::F32> da_all,
                     ffi::RemainingRets rest, ffi::ThreadPool pool) {
   const int64_t H = gH.element_count(), B = H > 0 ? dc.element_count() / H : 0;
   if (B * H == 0) return ffi::Error::Success();  // an empty batch
   const int64_t T = dy.element_count() / (B * H);
-  const int64_t t = step.typed_data()[0];
   const int64_t nsums = norm == 0 ? 1 : norm == 1 ? 5 : 3;
   const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxw,) + sums
-  if (static_cast<int64_t>(rest_in.size()) != nrest ||
-      static_cast<int64_t>(rest.size()) != nrest || t < 0 || t >= T ||
-      static_cast<int64_t>(da_all->element_count()) != T * B * 4 * H ||
-      da_in.typed_data() != da_all->typed_data()) {
-    return ffi::Error::InvalidArgument("lnorm lstm step: bad shapes");
+  if (static_cast<int64_t>(rest.size()) != nrest ||
+      static_cast<int64_t>(rest_in.size()) != (norm == 1 ? 1 : 0) ||
+      static_cast<int64_t>(w.element_count()) != H * 4 * H ||
+      static_cast<int64_t>(da_all->element_count()) != T * B * 4 * H) {
+    return ffi::Error::InvalidArgument("lnorm lstm: bad shapes");
   }
-  const int64_t S = saved.element_count() / (T * B);
   std::vector<float*> sout(nsums);
   for (int64_t k = 0; k < nsums; ++k) {
-    auto in = rest_in.get<ffi::Buffer<ffi::F32>>(nrest - nsums + k);
     auto out = rest.get<ffi::Buffer<ffi::F32>>(nrest - nsums + k);
-    if (!in.has_value() || !out.has_value()) {
-      return ffi::Error::InvalidArgument("lnorm lstm step: sums not f32");
-    }
-    // Aliased, as the scan asks. Each chunk of rows (ForRows) pools its
-    // sums into one row, which stays in cache from one example to the next;
-    // the scan sums the rows after it.
-    if (in->typed_data() != (*out)->typed_data()) {
-      return ffi::Error::InvalidArgument("lnorm lstm step: sums not aliased");
+    if (!out.has_value()) {
+      return ffi::Error::InvalidArgument("lnorm lstm: sums not f32");
     }
     sout[k] = (*out)->typed_data();
+    std::memset(sout[k], 0, (*out)->element_count() * sizeof(float));
   }
-  float* dxw_out = nullptr;
+  float* dxw = nullptr;
   if (norm == 1) {
     auto r_in = rest_in.get<ffi::Buffer<ffi::F32>>(0);
     auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
     if (!r_in.has_value() || !r.has_value() ||
         r_in->typed_data() != (*r)->typed_data() ||
         static_cast<int64_t>((*r)->element_count()) != T * B * 4 * H) {
-      return ffi::Error::InvalidArgument("lnorm lstm step: bad d xw");
+      return ffi::Error::InvalidArgument("lnorm lstm: bad d xw");
     }
-    dxw_out = (*r)->typed_data() + t * B * 4 * H;
+    dxw = (*r)->typed_data();
   }
-  const float* mt = masked ? m.typed_data() + t * B : nullptr;
-  const Params p{gx.typed_data(), b4.typed_data(), g4.typed_data(),
-                 gH.typed_data(), bH.typed_data()};
-  ForRows(pool, B, H, [&](int64_t b0, int64_t b1, int64_t slot) {
-    std::vector<float> cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
-        dzbuf(norm == 1 ? 4 * H : 0), dxhbuf(norm == 1 ? 4 * H : 0),
-        gates(norm == 1 ? 4 * H : 0);
-    // This chunk's row of each sum: 4H wide (the bias, and for 'layer' the
-    // gains of eq. 20), then H (the c-side gain and bias).
+  std::memcpy(dc_out->typed_data(), dc.typed_data(), B * H * sizeof(float));
+  std::memcpy(dh_out->typed_data(), dh.typed_data(), B * H * sizeof(float));
+  if (T == 0) return ffi::Error::Success();
+  const Seq s{T, B, H, static_cast<int64_t>(saved.element_count()) / (T * B),
+              norm, masked != 0, 0.0f, m.typed_data(), rx.typed_data(),
+              Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
+                     gH.typed_data(), bH.typed_data()}};
+  const int64_t N = 4 * H, P = lnorm::Panels(H);
+  float* packed = Scratch(lnorm::PackedSize(N, H) + B * H);
+  float* dhbuf = packed + lnorm::PackedSize(N, H);
+  float* dcc = dc_out->typed_data();
+  lnorm::RunTeam(pool, TeamSize(pool, B, H), [&](lnorm::Team& team) {
+    const int64_t p0 = team.Begin(P), p1 = team.End(P);
+    const int64_t b0 = team.Begin(B), b1 = team.End(B);
+    // The columns of dh this thread's panels write.
+    const int64_t n0 = std::min(p0 * lnorm::kLanes, H),
+                  n1 = std::min(p1 * lnorm::kLanes, H);
+    lnorm::PackTransposed(w.typed_data(), N, H, N, packed, p0, p1);
+    // This chunk's row of each sum (row b0: distinct among the threads
+    // that have rows): 4H wide (the bias, and for 'layer' the gains of
+    // eq. 20), then H (the c-side gain and bias).
     std::vector<float*> srow(nsums);
     for (int64_t k = 0; k < nsums; ++k) {
-      srow[k] = sout[k] + slot * (k < nsums - (norm == 0 ? 0 : 2) ? 4 * H : H);
+      srow[k] = sout[k] + b0 * (k < nsums - (norm == 0 ? 0 : 2) ? 4 * H : H);
     }
-    for (int64_t b = b0; b < b1; ++b) {
-      const float* row = saved.typed_data() + (t * B + b) * S;
-      // 'layer': the input projection's row, which becomes d xw's.
-      float* xr = norm == 1 ? dxw_out + b * 4 * H : nullptr;
-      const float rxb = norm == 1 ? rx.typed_data()[t * B + b] : 1.0f;
-      const float* ah = row;  // 'layer' only
-      const float ra = norm == 1 ? ah[4 * H] : 0.0f;
-      const float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
-      const float* act = row;
-      if (norm == 1) {
-        Gates(gates.data(), H, [&](int64_t k, int64_t j) {
-          return LayerZ(LoadN(ah + k * H, j, H), xr, rxb, p, k * H, j, H);
-        });
-        act = gates.data();
+    BwdScratch scratch(H, norm == 1);
+    team.Sync();
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t t = T - 1 - i;
+      const float* dhc = i % 2 == 0 ? dh_out->typed_data() : dhbuf;
+      float* dhn = i % 2 == 0 ? dhbuf : dh_out->typed_data();
+      float* da = da_all->typed_data() + t * B * N;
+      for (int64_t b = b0; b < b1; ++b) {
+        BackwardRow(s, dy.typed_data(), saved.typed_data(), t, b, dcc + b * H,
+                    dhc + b * H, dcc + b * H, da + b * N,
+                    dxw ? dxw + (t * B + b) * N : nullptr, srow.data(), nsums,
+                    scratch);
       }
-      const float *f = act, *i = act + H, *o = act + 2 * H, *g = act + 3 * H;
-      Map(cnew.data(), H, [&](int64_t j) {
-        return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
-      });
-      const bool keep = !masked || mt[b] != 0;
-      const float* dyr = dy.typed_data() + (t * B + b) * H;
-      const float* dcr = dc.typed_data() + b * H;
-      const float* dhr = dh.typed_data() + b * H;
-      for (int64_t j = 0; j < H; ++j) dhc[j] = keep ? dhr[j] + dyr[j] : 0.0f;
-      const float dc_keep = keep ? 1.0f : 0.0f;
-      float* s_db4 = srow[0];
-      if (norm == 0) {
-        Map(tc.data(), H,
-            [&](int64_t j) { return lnorm::Tanh(LoadN(cnew.data(), j, H)); });
-        Map(dcnew.data(), H, [&](int64_t j) {
-          const f8 t = LoadN(tc.data(), j, H);
-          return LoadN(dcr, j, H) * dc_keep +
-                 LoadN(dhc.data(), j, H) * LoadN(o, j, H) * (1.0f - t * t);
-        });
-      } else {
-        // Two passes: the normalized c, its tanh, d(LN(c)) and the means of
-        // d = dcn * gH and ch * d; then dc and the gain and bias sums.
-        // Zero-padded tails of dhc make dcn, hence the padded terms, 0.
-        const float mc = cp[H], rc = cp[H + 1];
-        f8 m1v{}, m2v{};
-        For8(H, [&](int64_t j, auto full) {
-          constexpr bool F = decltype(full)::value;
-          const f8 chv = (Ld<F>(cnew.data(), j, H) - mc) * rc;
-          const f8 tv = lnorm::Tanh(chv * Ld<F>(p.gH, j, H) + Ld<F>(p.bH, j, H));
-          const f8 dcnv = Ld<F>(dhc.data(), j, H) * Ld<F>(o, j, H) * (1.0f - tv * tv);
-          const f8 d = dcnv * Ld<F>(p.gH, j, H);
-          St<F>(ch.data(), j, H, chv);
-          St<F>(tc.data(), j, H, tv);
-          St<F>(dcn.data(), j, H, dcnv);
-          m1v += d;
-          m2v += chv * d;
-        });
-        const float m1 = lnorm::Sum(m1v) / H, m2 = lnorm::Sum(m2v) / H;
-        float* s_gH = srow[nsums - 2];
-        float* s_bH = srow[nsums - 1];
-        For8(H, [&](int64_t j, auto full) {
-          constexpr bool F = decltype(full)::value;
-          const f8 dcnv = Ld<F>(dcn.data(), j, H), chv = Ld<F>(ch.data(), j, H);
-          const f8 d = dcnv * Ld<F>(p.gH, j, H);
-          St<F>(dcnew.data(), j, H,
-                Ld<F>(dcr, j, H) * dc_keep + rc * ((d - m1) - chv * m2));
-          St<F>(s_gH, j, H, Ld<F>(s_gH, j, H) + dcnv * chv);
-          St<F>(s_bH, j, H, Ld<F>(s_bH, j, H) + dcnv);
-        });
-      }
-      // d(pre-activations) dz, and the bias sum. Without 'layer' dz is the
-      // output d(h @ w); with it, dz goes to a scratch row for the next pass.
-      float* da = da_all->typed_data() + (t * B + b) * 4 * H;
-      float* dz = norm == 1 ? dzbuf.data() : da;
-      For8(H, [&](int64_t j, auto full) {
-        constexpr bool F = decltype(full)::value;
-        const f8 fv = Ld<F>(f, j, H), iv = Ld<F>(i, j, H), ov = Ld<F>(o, j, H),
-                 gv = Ld<F>(g, j, H), dcv = Ld<F>(dcnew.data(), j, H);
-        const f8 dzk[4] = {
-            dcv * Ld<F>(cp, j, H) * fv * (1.0f - fv),
-            dcv * gv * iv * (1.0f - iv),
-            Ld<F>(dhc.data(), j, H) * Ld<F>(tc.data(), j, H) * ov * (1.0f - ov),
-            dcv * iv * (1.0f - gv * gv)};
-        for (int64_t k = 0; k < 4; ++k) {
-          St<F>(dz + k * H, j, H, dzk[k]);
-          St<F>(s_db4 + k * H, j, H, Ld<F>(s_db4 + k * H, j, H) + dzk[k]);
+      team.Sync();
+      lnorm::GemmPanels(da, B, N, N, packed, H, dhn, H, p0, p1);
+      if (s.masked) {  // no step past an example's end: dh passes through
+        for (int64_t b = 0; b < B; ++b) {
+          if (s.m[t * B + b] == 0) {
+            std::memcpy(dhn + b * H + n0, dhc + b * H + n0,
+                        (n1 - n0) * sizeof(float));
+          }
         }
-      });
-      float* dxh = dxhbuf.data();
-      // 'layer': the gain sums, d xh = dz gx into d xw's row and dz g4 into
-      // d(h @ w)'s, and the sums of ah dz g4 and of xw dz gx that the two
-      // norms' backward needs (padded tails add 0: dz is 0 there).
-      f8 mad8{}, mx8{};
-      if (norm == 1) {
-        float* s_g4 = srow[1];
-        float* s_gx = srow[2];
-        For8(4 * H, [&](int64_t j, auto full) {
-          constexpr bool F = decltype(full)::value;
-          const int64_t n = 4 * H;
-          const f8 dzv = Ld<F>(dz, j, n), ahv = Ld<F>(ah, j, n),
-                   xwv = Ld<F>(xr, j, n);
-          const f8 d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
-          St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
-          St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
-          St<F>(da, j, n, d);
-          St<F>(dxh, j, n, dxhv);
-          mad8 += ahv * d;
-          mx8 += dxhv * xwv;
-        });
       }
-      if (norm == 1) {
-        // The two layer norms' backward: da from dz g4 and ah; d xw from
-        // d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
-        const float mad = lnorm::Sum(mad8) / (4 * H);
-        const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
-        For8(4 * H, [&](int64_t j, auto full) {
-          constexpr bool F = decltype(full)::value;
-          St<F>(da, j, 4 * H, ra * (Ld<F>(da, j, 4 * H) - Ld<F>(ah, j, 4 * H) * mad));
-          St<F>(xr, j, 4 * H, rxb * (Ld<F>(dxh, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
-        });
-      }
-      float* dco = dc_out->typed_data() + b * H;
-      for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
-      // The step's own copy of its rows, for the matmul, while they are hot.
-      std::memcpy(da_t->typed_data() + b * 4 * H, da, 4 * H * sizeof(float));
+      team.Sync();
     }
   });
+  if (T % 2 == 1) {
+    std::memcpy(dh_out->typed_data(), dhbuf, B * H * sizeof(float));
+  }
   return ffi::Error::Success();
 }
 
@@ -377,25 +472,22 @@ ffi::Error Uninitialized(ffi::RemainingRets) { return ffi::Error::Success(); }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // a = h @ w
                                   .Arg<ffi::Buffer<ffi::F32>>()  // xw
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // c
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // h
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // w
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // c_0
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // h_0
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
                                   .Arg<ffi::Buffer<ffi::F32>>()  // rx
-                                  .Arg<ffi::Buffer<ffi::S32>>()  // t
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // b4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // g4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // y
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // saved
                                   .Attr<int32_t>("norm")
                                   .Attr<int32_t>("masked")
                                   .Attr<float>("eps")
-                                  .Ret<ffi::Buffer<ffi::F32>>()   // c_t
-                                  .Ret<ffi::Buffer<ffi::F32>>()   // h_t
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // c_T
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // h_T
                                   .Ret<ffi::Buffer<ffi::F32>>()   // y
                                   .Ret<ffi::Buffer<ffi::F32>>()   // saved
                                   .Ctx<ffi::ThreadPool>());
@@ -406,20 +498,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // saved
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
                                   .Arg<ffi::Buffer<ffi::F32>>()  // rx
-                                  .Arg<ffi::Buffer<ffi::S32>>()  // t
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // dc
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // dh
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // dc_T
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // dh_T
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // b4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // g4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // d(h @ w)
-                                  .RemainingArgs()                // (xw,) sums
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // w
+                                  .RemainingArgs()                // (xw,)
                                   .Attr<int32_t>("norm")
                                   .Attr<int32_t>("masked")
-                                  .Ret<ffi::Buffer<ffi::F32>>()   // dc_{t-1}
-                                  .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w) at t
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dc_0
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dh_0
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
                                   .RemainingRets()                // (dxw,) sums
                                   .Ctx<ffi::ThreadPool>());

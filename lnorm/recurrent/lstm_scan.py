@@ -19,14 +19,13 @@ behind each choice:
   LN(W_h h) before its gain, from which (with xw, kept for the x-side
   backward anyway) the backward recomputes the gates. Saving both costs
   more in page faults on the larger buffers than the recompute costs.
-* On CPU (float32), each step's elementwise work, everything between the
-  matmuls with W_h, is one native kernel (``lnorm/native/lstm_cpu.cc``)
-  instead of the dozen small XLA kernels it compiles to, whose fixed costs
-  dominate the LN-LSTM's overhead over the plain one. The kernels take
-  the whole (T, ...) arrays and the step, and write their rows in place:
-  XLA's scan would copy every step's slices and updates, and zero-fill
-  its outputs first. From B * H = 1024 they split the batch's rows among
-  XLA's intra-op threads, which otherwise wait while a kernel runs.
+* On CPU (float32, one device), each scan is one native kernel for the
+  whole sequence (``lnorm/native/lstm_cpu.cc``): the products with W_h
+  (packed once a call, ``native/gemm.h``) and each step's elementwise work,
+  which XLA runs as a dozen or more small kernels and a hand-off to its
+  thread pool per matmul. From B * H = 1024 a team of threads (the caller and
+  XLA's intra-op workers, ``native/team.h``) splits each product's columns
+  and the batch's rows, with a barrier between the phases of a step.
 """
 
 from __future__ import annotations
@@ -209,27 +208,17 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
 
   def native_scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
                   c0_BxH, h0_BxH, m_TxB):
-    # Each step's kernel reads its row of the inputs and writes its row of
-    # the outputs in place: no per-step slices and updates for XLA to copy.
+    # One kernel for the whole loop, the products with W_h included.
     T = xw_TxBx4H.shape[0]
     (xw_TxBx4H,), m_arg, rx_arg, params = _native_inputs(
         B, H, (xw_TxBx4H,), m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
-    kernel = jax.ffi.ffi_call(
+    c_BxH, h_BxH, y_TxBxH, saved = jax.ffi.ffi_call(
         'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S)),
-        input_output_aliases={12: 2, 13: 3}, vmap_method='sequential')
-
-    def body(t, carry):
-      c_BxH, h_BxH, y_TxBxH, saved = carry
-      return tuple(kernel(
-          h_BxH @ w_Hx4H, xw_TxBx4H, c_BxH, h_BxH, m_arg, rx_arg,
-          jnp.asarray(t, jnp.int32), *params, y_TxBxH, saved,
-          norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
-          eps=np.float32(eps)))
-
-    c_BxH, h_BxH, y_TxBxH, saved = jax.lax.fori_loop(
-        0, T, body, (c0_BxH, h0_BxH, *_uninitialized((T, B, H), (T, B, S))),
-        unroll=unroll)
+        vmap_method='sequential')(
+            xw_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, m_arg, rx_arg, *params,
+            norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
+            eps=np.float32(eps))
     return (y_TxBxH, c_BxH, h_BxH), saved
 
   scan = xla_scan
@@ -279,9 +268,6 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   B, H = h0_BxH.shape
   masked = m_TxB is not None
   sizes = _saved_sizes(norm, H, masked)
-  # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
-  # transposed-operand kernel is slower for these shapes.
-  wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
   # Sums over time of the bias and gain gradients, carried (per example in
   # XLA; pooled by the kernels into one row per chunk of the batch that a
   # thread takes), rows summed at the end: the same sums taken after the
@@ -346,7 +332,11 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   # Both scans return (dc_0, dh_0, sums, d xw, d(h @ w)); d xw is d(h @ w)
   # but for 'layer'. They take every array as an argument (see _lstm_fwd).
   def xla_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
-               gx_4H, b_4H, wt_4HxH, g_4H, g_H, b_H):
+               gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H):
+    # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
+    # transposed-operand kernel is slower for these shapes.
+    wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
+
     def step(carry, inp):
       dc_BxH, dh_BxH, sums = carry
       dy_BxH, row, xw_Bx4H, rx_Bx1, m_Bx1 = inp
@@ -374,45 +364,28 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     return dc0, dh0, sums, dxw, outs[-1]
 
   def native_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
-                  gx_4H, b_4H, wt_4HxH, g_4H, g_H, b_H):
-    # As in _lstm_fwd: whole arrays in, rows written in place.
+                  gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H):
+    # As in _lstm_fwd: one kernel for the whole loop. 'layer': xw's buffer
+    # turns into d xw's, row by row.
     T = dy_TxBxH.shape[0]
     (dy_TxBxH, saved), m_arg, rx_arg, params = _native_inputs(
         B, H, (dy_TxBxH, saved), m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
-    n_rest = n_outs + len(sum_sizes)
-    kernel = jax.ffi.ffi_call(
-        'lnorm_lstm_bwd', (sds(B, H), sds(B, 4 * H), sds(T, B, 4 * H))
-        + (sds(T, B, 4 * H),) * n_outs + tuple(sds(B, n) for n in sum_sizes),
-        input_output_aliases={12 + k: 2 + k for k in range(1 + n_rest)},
-        vmap_method='sequential')
-
-    def body(i, carry):
-      dc_BxH, dh_BxH, da, rest = carry
-      t = jnp.asarray(T - 1 - i, jnp.int32)
-      dc_prev, da_Bx4H, da, *rest = kernel(
-          dy_TxBxH, saved, m_arg, rx_arg, t, dc_BxH, dh_BxH, *params,
-          da, *rest, norm=np.int32(_NORM_CODE[norm]),
-          masked=np.int32(masked))
-      dh_prev = da_Bx4H @ wt_4HxH
-      if masked:
-        m_Bx1 = jax.lax.dynamic_index_in_dim(m_TxB, t, keepdims=False)[:, None]
-        dh_prev = jnp.where(m_Bx1, dh_prev, dh_BxH)
-      return dc_prev, dh_prev, da, tuple(rest)
-
-    # 'layer': xw's buffer turns into d xw's, row by row.
     xw_rest = (xw_TxBx4H,) if norm == 'layer' else ()
-    dc0, dh0, da, rest = jax.lax.fori_loop(
-        0, T, body, (dc_BxH, dh_BxH, *_uninitialized((T, B, 4 * H)),
-                     xw_rest + sums0),
-        unroll=unroll)
+    dc0, dh0, da, *rest = jax.ffi.ffi_call(
+        'lnorm_lstm_bwd', (sds(B, H), sds(B, H), sds(T, B, 4 * H))
+        + (sds(T, B, 4 * H),) * n_outs + tuple(sds(B, n) for n in sum_sizes),
+        input_output_aliases={12: 3} if n_outs else {},
+        vmap_method='sequential')(
+            dy_TxBxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
+            *xw_rest, norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked))
     return dc0, dh0, rest[n_outs:], (rest[0] if n_outs else da), da
 
   scan = xla_scan
   if use_native and _native_ok(dy_TxBxH.dtype):
     scan = cpu_native(xla_scan, native_scan)
   dc0, dh0, sums, dxw, da = scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB,
-                                 dc_BxH, dh_BxH, gx_4H, b_4H, wt_4HxH, g_4H,
+                                 dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H,
                                  g_H, b_H)
 
   if masked:

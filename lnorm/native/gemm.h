@@ -1,0 +1,157 @@
+// C = A @ W for the recurrent kernels' per-step products, where A has few
+// rows (the batch, 1 to a few hundred) and W (H x 4H, or 4H x H) is the same
+// at every step: W is packed once per sequence into panels of kLanes columns,
+// each K x kLanes contiguous, and each step's product takes a range of
+// panels, so that a team of threads (team.h) splits the columns.
+//
+// Every C[r, n] is summed in the same order (Tile) whatever the blocking,
+// the split or the thread count: the result does not depend on them.
+
+#ifndef LNORM_NATIVE_GEMM_H_
+#define LNORM_NATIVE_GEMM_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace lnorm {
+
+#if defined(__AVX512F__)
+// 32 registers of 16 floats: 8 rows x 2 panels of accumulators.
+typedef float fw __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16, kRows = 8;
+#elif defined(__AVX__)
+// 16 registers of 8 floats: 6 rows x 2 panels.
+typedef float fw __attribute__((vector_size(32)));
+constexpr int64_t kLanes = 8, kRows = 6;
+#else
+typedef float fw __attribute__((vector_size(16)));
+constexpr int64_t kLanes = 4, kRows = 6;
+#endif
+
+inline fw LoadW(const float* p) {
+  fw v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Panels covering N columns.
+inline int64_t Panels(int64_t N) { return (N + kLanes - 1) / kLanes; }
+
+// Floats of a packed K x N matrix.
+inline int64_t PackedSize(int64_t K, int64_t N) {
+  return Panels(N) * kLanes * K;
+}
+
+// Packs panels [p0, p1) of W (K x N, row-major, rows ldw apart):
+// out[(p K + k) kLanes + c] = W[k, p kLanes + c], zero past column N.
+inline void Pack(const float* w, int64_t K, int64_t N, int64_t ldw,
+                 float* out, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n0 = p * kLanes, nc = std::min(kLanes, N - n0);
+    for (int64_t k = 0; k < K; ++k) {
+      float* o = out + (p * K + k) * kLanes;
+      std::memcpy(o, w + k * ldw + n0, nc * sizeof(float));
+      for (int64_t c = nc; c < kLanes; ++c) o[c] = 0.0f;
+    }
+  }
+}
+
+// Packs panels [p0, p1) of W^T, K x N, from W (N x K, row-major, rows ldw
+// apart): a panel is kLanes rows of W, which stay in cache while read across.
+inline void PackTransposed(const float* w, int64_t K, int64_t N, int64_t ldw,
+                           float* out, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t n0 = p * kLanes, nc = std::min(kLanes, N - n0);
+    float* o = out + p * K * kLanes;
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t c = 0; c < nc; ++c) o[k * kLanes + c] = w[(n0 + c) * ldw + k];
+      for (int64_t c = nc; c < kLanes; ++c) o[k * kLanes + c] = 0.0f;
+    }
+  }
+}
+
+// Products are summed over k in chunks of kChunk, each in its own
+// accumulator, and the chunks' sums added in turn: the rounding error grows
+// with kChunk + K / kChunk rather than with K (K = 4H = 1600 in the LSTM's
+// backward).
+constexpr int64_t kChunk = 64;
+
+// R rows of C (ldc apart) x V panels from A's rows (lda apart); ncols: the
+// columns of C these panels hold (fewer than V kLanes at the right edge).
+template <int64_t R, int64_t V>
+inline void Tile(const float* a, int64_t lda, const float* panel, int64_t K,
+                 float* c, int64_t ldc, int64_t ncols) {
+  fw sum[R][V] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
+    const int64_t k1 = std::min(K, k0 + kChunk);
+    fw acc[R][V] = {};
+    for (int64_t k = k0; k < k1; ++k) {
+      fw w[V];
+      for (int64_t v = 0; v < V; ++v) w[v] = LoadW(panel + (v * K + k) * kLanes);
+      for (int64_t r = 0; r < R; ++r) {
+        const float ar = a[r * lda + k];
+        for (int64_t v = 0; v < V; ++v) acc[r][v] += ar * w[v];
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t v = 0; v < V; ++v) sum[r][v] += acc[r][v];
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t v = 0; v < V; ++v) {
+      const int64_t n = std::min(kLanes, ncols - v * kLanes);
+      if (n == kLanes) {
+        std::memcpy(c + r * ldc + v * kLanes, &sum[r][v], sizeof(fw));
+      } else {
+        float tmp[kLanes];
+        std::memcpy(tmp, &sum[r][v], sizeof(fw));
+        std::memcpy(c + r * ldc + v * kLanes, tmp, n * sizeof(float));
+      }
+    }
+  }
+}
+
+// Rows [0, M) of C x V panels from p: a block of rows at a time, so that
+// the panels (V K kLanes floats) stay in cache for all of them.
+template <int64_t V>
+inline void TileColumn(const float* a, int64_t M, int64_t K, int64_t lda,
+                       const float* panel, float* c, int64_t ldc,
+                       int64_t ncols) {
+  int64_t m = 0;
+  for (; m + kRows <= M; m += kRows) {
+    Tile<kRows, V>(a + m * lda, lda, panel, K, c + m * ldc, ldc, ncols);
+  }
+  const float* am = a + m * lda;
+  float* cm = c + m * ldc;
+  switch (M - m) {
+    case 0: break;
+    case 1: Tile<1, V>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 2: Tile<2, V>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 3: Tile<3, V>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 4: Tile<4, V>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 5: Tile<5, V>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 6: Tile<6, V>(am, lda, panel, K, cm, ldc, ncols); break;
+    default: Tile<7, V>(am, lda, panel, K, cm, ldc, ncols); break;
+  }
+}
+
+// C[:, panels p0..p1) = A (M x K, rows lda apart) @ packed W (K x N);
+// C's rows ldc apart. Two panels at a time: 2 kRows accumulators.
+inline void GemmPanels(const float* a, int64_t M, int64_t K, int64_t lda,
+                       const float* packed, int64_t N, float* c, int64_t ldc,
+                       int64_t p0, int64_t p1) {
+  int64_t p = p0;
+  for (; p + 2 <= p1; p += 2) {
+    TileColumn<2>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
+                  std::min(2 * kLanes, N - p * kLanes));
+  }
+  if (p < p1) {
+    TileColumn<1>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
+                  std::min(kLanes, N - p * kLanes));
+  }
+}
+
+}  // namespace lnorm
+
+#endif  // LNORM_NATIVE_GEMM_H_
