@@ -57,7 +57,7 @@ def _seq_runs(lstm, cell, mask):
 
 
 # 256 units with the batch of 4: B * H reaches the size at which the native
-# kernels split each step's rows among XLA's threads (lstm_cpu.cc, ForRows).
+# kernels split the work among a team of threads (lstm_cpu.cc, team.h).
 @pytest.mark.slow
 @pytest.mark.parametrize('features', [H, 256])
 @pytest.mark.parametrize('masked', [False, True])

@@ -1,9 +1,10 @@
 """lnorm's native CPU kernels: built with the host's C++ compiler on first use.
 
 ``load()`` compiles the kernels (``layer_norm_cpu.cc``: ``layer_norm`` and
-``rms_norm``; ``lstm_cpu.cc``, ``gru_cpu.cc``: the LSTM's and the GRU's time
-steps) against the XLA FFI headers that jaxlib ships, caches the shared
-library, and registers its handlers as XLA:CPU custom-call targets.
+``rms_norm``; ``lstm_cpu.cc``: the LSTM's scans, each one kernel for the
+whole sequence; ``gru_cpu.cc``: the GRU's time steps) against the XLA FFI
+headers that jaxlib ships, caches the shared library, and registers its
+handlers as XLA:CPU custom-call targets.
 ``LNORM_NATIVE`` chooses what happens:
 
 * ``auto`` (default): build and use the kernels; if that fails (no compiler,

@@ -82,7 +82,11 @@ constexpr int64_t kChunk = 64;
 template <int64_t R, int64_t V>
 inline void Tile(const float* a, int64_t lda, const float* panel, int64_t K,
                  float* c, int64_t ldc, int64_t ncols) {
-  fw sum[R][V] = {};
+  // The chunks' sums live in memory (L1), not in registers, which the
+  // accumulators fill: the barrier hides the pointer from the optimizer.
+  alignas(64) float sum_buf[R * V * kLanes];
+  float* sum = sum_buf;
+  asm("" : "+r"(sum));
   for (int64_t k0 = 0; k0 < K; k0 += kChunk) {
     const int64_t k1 = std::min(K, k0 + kChunk);
     fw acc[R][V] = {};
@@ -95,19 +99,18 @@ inline void Tile(const float* a, int64_t lda, const float* panel, int64_t K,
       }
     }
     for (int64_t r = 0; r < R; ++r) {
-      for (int64_t v = 0; v < V; ++v) sum[r][v] += acc[r][v];
+      for (int64_t v = 0; v < V; ++v) {
+        float* t = sum + (r * V + v) * kLanes;
+        if (k0 > 0) acc[r][v] += LoadW(t);
+        std::memcpy(t, &acc[r][v], sizeof(fw));
+      }
     }
   }
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t v = 0; v < V; ++v) {
       const int64_t n = std::min(kLanes, ncols - v * kLanes);
-      if (n == kLanes) {
-        std::memcpy(c + r * ldc + v * kLanes, &sum[r][v], sizeof(fw));
-      } else {
-        float tmp[kLanes];
-        std::memcpy(tmp, &sum[r][v], sizeof(fw));
-        std::memcpy(c + r * ldc + v * kLanes, tmp, n * sizeof(float));
-      }
+      std::memcpy(c + r * ldc + v * kLanes, sum + (r * V + v) * kLanes,
+                  n * sizeof(float));
     }
   }
 }
