@@ -1,9 +1,9 @@
 // A team of threads that steps through a kernel's whole loop together: the
 // calling thread and the workers of XLA's intra-op pool that join it, with a
-// spin barrier between the phases of each step. Waking a pool worker costs
-// microseconds; a barrier between two running threads costs a fraction of
-// one, so a recurrent kernel that owns its whole time loop hands off once a
-// sequence instead of twice a step.
+// barrier (a spin, then a sleep) between the phases of each step. Waking a
+// pool worker costs microseconds; a barrier between two running threads
+// costs a fraction of one, so a recurrent kernel that owns its whole time
+// loop hands off once a sequence instead of twice a step.
 
 #ifndef LNORM_NATIVE_TEAM_H_
 #define LNORM_NATIVE_TEAM_H_
