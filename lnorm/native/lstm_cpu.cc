@@ -464,10 +464,6 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   return ffi::Error::Success();
 }
 
-// Buffers for the scans' outputs, left as allocated: every row is written
-// before it is read, so XLA's zero fill of a scan output would be wasted.
-ffi::Error Uninitialized(ffi::RemainingRets) { return ffi::Error::Success(); }
-
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
@@ -514,6 +510,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
                                   .RemainingRets()                // (dxw,) sums
                                   .Ctx<ffi::ThreadPool>());
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormUninitialized, Uninitialized,
-                              ffi::Ffi::Bind().RemainingRets());

@@ -37,7 +37,7 @@ from flax.typing import Array
 import numpy as np
 
 from lnorm.native.dispatch import cpu_native
-from lnorm.recurrent.lstm_scan import _native_ok, _uninitialized, rsqrt_mean_square, sum_outer
+from lnorm.recurrent.lstm_scan import _native_ok, rsqrt_mean_square, sum_outer
 
 
 def _rsqrt_mean_square2(a_BxH: Array, b_BxH: Array, eps: float) -> Array:
@@ -68,6 +68,15 @@ def _step(norm, eps, a3, xu_BxH, xr_BxH, xc_BxH, h_BxH, g_2H, g_H, b_H):
 
 
 _NORM_CODE = {'none': 0, 'layer': 1}
+
+
+def _uninitialized(*shapes: tuple[int, ...]) -> list[Array]:
+  """float32 buffers of these shapes, unwritten: for native scan outputs,
+  every row of which the kernels write before anything reads it."""
+  return jax.ffi.ffi_call(
+      'lnorm_uninitialized',
+      [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes],
+      has_side_effect=True)()
 
 
 def _native_inputs(B, H, arrays, m_TxBx1, g_2H, g_H, b_H):

@@ -107,46 +107,19 @@ def _native_ok(*dtypes) -> bool:
 _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
 
 
-def _native_fills(B: int, H: int) -> tuple[Array, Array, Array, Array]:
-  """What the kernels take for an absent gain or bias, or an unread input:
-  (ones_B, ones_4H, ones_H, zeros_H), made once for the scan. Behind the
-  barrier they are loop-invariant data; as constants, XLA sinks them into
-  the loop and fills them anew every step, one small kernel each."""
-  f32 = jnp.float32
-  return jax.lax.optimization_barrier(
-      (jnp.ones((B,), f32), jnp.ones((4 * H,), f32), jnp.ones((H,), f32),
-       jnp.zeros((H,), f32)))
-
-
 def _col(a_TxB: Array | None) -> Array | None:
   return None if a_TxB is None else a_TxB[..., None]
 
 
-def _native_inputs(B, H, arrays, m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H):
-  """The kernels' operands: the whole (T, ...) ``arrays``, the mask and rx
-  (any buffer when absent), and every parameter (a fill when absent).
-
-  Every step takes the whole arrays: behind the barrier, a constant one (a
-  mask of ones; the cotangent of a loss like sum(y)) is data, not a fill
-  that XLA sinks into the loop and builds anew every step."""
-  ones_B, ones_4H, ones_H, zeros_H = _native_fills(B, H)
+def _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H):
+  """The kernels' operands besides the arrays: the mask and rx (any buffer
+  when absent), and every parameter (ones or zeros when absent)."""
+  ones = lambda n: jnp.ones((n,), jnp.float32)
   pick = lambda p, fill: fill if p is None else p
-  params = (pick(gx_4H, ones_4H), b_4H, pick(g_4H, ones_4H), pick(g_H, ones_H),
-            pick(b_H, zeros_H))
-  m_arg = ones_B if m_TxB is None else m_TxB.astype(jnp.float32)
-  rx_arg = pick(rx_TxB, ones_B)
-  *arrays, m_arg, rx_arg = jax.lax.optimization_barrier(
-      (*arrays, m_arg, rx_arg))
-  return arrays, m_arg, rx_arg, params
-
-
-def _uninitialized(*shapes: tuple[int, ...]) -> list[Array]:
-  """float32 buffers of these shapes, unwritten: for native scan outputs,
-  every row of which the kernels write before anything reads it."""
-  return jax.ffi.ffi_call(
-      'lnorm_uninitialized',
-      [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes],
-      has_side_effect=True)()
+  params = (pick(gx_4H, ones(4 * H)), b_4H, pick(g_4H, ones(4 * H)),
+            pick(g_H, ones(H)), pick(b_H, jnp.zeros((H,), jnp.float32)))
+  m_arg = ones(1) if m_TxB is None else m_TxB.astype(jnp.float32)
+  return m_arg, pick(rx_TxB, ones(1)), params
 
 
 def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
@@ -210,8 +183,8 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
                   c0_BxH, h0_BxH, m_TxB):
     # One kernel for the whole loop, the products with W_h included.
     T = xw_TxBx4H.shape[0]
-    (xw_TxBx4H,), m_arg, rx_arg, params = _native_inputs(
-        B, H, (xw_TxBx4H,), m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H)
+    m_arg, rx_arg, params = _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H,
+                                           g_4H, g_H, b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     c_BxH, h_BxH, y_TxBxH, saved = jax.ffi.ffi_call(
         'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S)),
@@ -368,8 +341,8 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     # As in _lstm_fwd: one kernel for the whole loop. 'layer': xw's buffer
     # turns into d xw's, row by row.
     T = dy_TxBxH.shape[0]
-    (dy_TxBxH, saved), m_arg, rx_arg, params = _native_inputs(
-        B, H, (dy_TxBxH, saved), m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H)
+    m_arg, rx_arg, params = _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H,
+                                           g_4H, g_H, b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     xw_rest = (xw_TxBx4H,) if norm == 'layer' else ()
     dc0, dh0, da, *rest = jax.ffi.ffi_call(
