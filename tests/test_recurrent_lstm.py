@@ -4,6 +4,11 @@ test_recurrent_cells.py): outputs, carries, gradients and parameters."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -187,6 +192,50 @@ def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch
     # No less accurate than the XLA scans.
     err, err_xla = np.max(np.abs(a - c)), np.max(np.abs(b - c))
     assert err <= 2 * err_xla + 1e-6 * scale
+
+
+# Run in a fresh process: threads that an earlier test's calls left pinned
+# would already be in the first snapshot.
+_AFFINITY_SCRIPT = """
+import json, os, jax, jax.numpy as jnp, numpy as np
+from lnorm import recurrent as R
+def affinities():
+  out = {}
+  for tid in os.listdir('/proc/self/task'):
+    try:
+      out[tid] = sorted(os.sched_getaffinity(int(tid)))
+    except OSError:  # the thread ended meanwhile
+      pass
+  return out
+x = jnp.asarray(np.random.default_rng(0).standard_normal((11, 20, 3)), jnp.float32)
+lstm = R.LSTM(100, norm='layer')  # B * H >= 1024: a team forms
+params = lstm.init(jax.random.key(0), x)['params']
+grad = jax.jit(jax.grad(lambda p: jnp.sum(lstm.apply({'params': p}, x) ** 2)))
+compiled = grad.lower(params).compile()
+assert 'lnorm_lstm_fwd' in compiled.as_text()
+before = affinities()
+for _ in range(5):
+  jax.block_until_ready(compiled(params))
+print(json.dumps([before, affinities()]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, 'sched_getaffinity')
+                    or len(os.sched_getaffinity(0)) < 2,
+                    reason='needs Linux and two CPUs for a team')
+def test_lstm_native_team_restores_thread_affinity():
+  """Each member of a kernel's team holds one CPU while it runs (team.h):
+  afterwards every thread of the process has its own CPUs back, the
+  threads that ran the team (the caller and XLA's workers) included."""
+  if not native.load():
+    pytest.skip('native kernels unavailable')
+  out = subprocess.run([sys.executable, '-c', _AFFINITY_SCRIPT], check=True,
+                       capture_output=True, text=True,
+                       env={**os.environ, 'LNORM_NATIVE': 'require'})
+  before, after = json.loads(out.stdout.strip().splitlines()[-1])
+  common = sorted(set(before) & set(after))
+  assert len(common) > 2
+  assert {t: after[t] for t in common} == {t: before[t] for t in common}
 
 
 @pytest.mark.slow

@@ -12,6 +12,9 @@ handlers as XLA:CPU custom-call targets.
 * ``off``: never build them; the norms take their XLA paths;
 * ``require``: as ``auto``, but a failed build is an error (CI sets this).
 
+``LNORM_NATIVE_PHASES=1`` builds a separate library whose team kernels
+time their phases and print them at exit (``phase_times.h``).
+
 The library is cached in ``$LNORM_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/lnorm`` or ``~/.cache/lnorm``) under a name hashed from the
 source, the flags, the compiler, jaxlib and the host CPU, so a change to any
@@ -39,7 +42,8 @@ import jaxlib
 
 HERE = Path(__file__).parent
 SOURCES = (HERE / "layer_norm_cpu.cc", HERE / "lstm_cpu.cc", HERE / "gru_cpu.cc")
-HEADERS = (HERE / "vec.h", HERE / "rows.h", HERE / "gemm.h", HERE / "team.h")
+HEADERS = (HERE / "vec.h", HERE / "rows.h", HERE / "gemm.h", HERE / "team.h",
+           HERE / "phase_times.h")
 # XLA custom-call target -> exported handler symbol.
 TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
            "lnorm_layer_norm_bwd": "LnormLayerNormBwd",
@@ -53,6 +57,14 @@ TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
 # No -ffast-math: the kernels' accuracy rests on the order of their float
 # operations (see layer_norm_cpu.cc).
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
+
+
+def flags() -> tuple[str, ...]:
+  """FLAGS, and with ``LNORM_NATIVE_PHASES=1`` the team kernels' phase
+  timers (``phase_times.h``: printed to stderr at exit; for developers)."""
+  if os.environ.get("LNORM_NATIVE_PHASES") == "1":
+    return FLAGS + ("-DLNORM_PHASE_TIMES",)
+  return FLAGS
 MODES = ("auto", "off", "require")
 
 
@@ -96,7 +108,7 @@ def build() -> Path:
   version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
                            check=True).stdout
   key = hashlib.sha256("\0".join([
-      *(f.read_text() for f in SOURCES + HEADERS), " ".join(FLAGS), version,
+      *(f.read_text() for f in SOURCES + HEADERS), " ".join(flags()), version,
       jaxlib.__version__, platform.machine(), _cpu_flags()]).encode())
   key = key.hexdigest()[:16]
   out = cache_dir() / f"lnorm_cpu-{key}.so"
@@ -110,7 +122,7 @@ def build() -> Path:
   os.close(fd)
   try:
     proc = subprocess.run(
-        [cxx, *FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o",
+        [cxx, *flags(), "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o",
          tmp],
         capture_output=True, text=True)
     if proc.returncode != 0:

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gemm.h"
+#include "phase_times.h"
 #include "rows.h"
 #include "team.h"
 #include "vec.h"
@@ -290,6 +291,12 @@ float* Scratch(int64_t n) {
   return buffer.data();
 }
 
+// LNORM_NATIVE_PHASES=1 builds these in (phase_times.h).
+lnorm::PhaseTimes fwd_times("lstm fwd", {"pack", "gemm", "wait after gemm",
+                                         "rows", "wait after rows"});
+lnorm::PhaseTimes bwd_times("lstm bwd", {"pack", "rows", "wait after rows",
+                                         "gemm", "wait after gemm"});
+
 // Threads for a call: a step's work must outweigh the barriers between its
 // phases.
 int64_t TeamSize(ffi::ThreadPool& pool, int64_t B, int64_t H) {
@@ -332,24 +339,31 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
   // reads h_t while its rows write h_{t+1}, so they alternate.
   float* hbuf = a + B * N;
   float* c = c_out->typed_data();
+  lnorm::CallClock clock(fwd_times);
   lnorm::RunTeam(pool, TeamSize(pool, B, H), [&](lnorm::Team& team) {
+    lnorm::Laps laps(fwd_times, team.id());
     const int64_t p0 = team.Begin(P), p1 = team.End(P);
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
     lnorm::Pack(w.typed_data(), H, N, N, packed, p0, p1);
     std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
     team.Sync();
+    laps.Lap(0);
     for (int64_t t = 0; t < T; ++t) {
       const float* hp = t % 2 == 0 ? h_out->typed_data() : hbuf;
       float* hn = t % 2 == 0 ? hbuf : h_out->typed_data();
       lnorm::GemmPanels(hp, B, H, H, packed, N, a, N, p0, p1);
+      laps.Lap(1);
       team.Sync();
+      laps.Lap(2);
       for (int64_t b = b0; b < b1; ++b) {
         ForwardRow(s, xw.typed_data(), saved->typed_data(), t, b, a + b * N,
                    c + b * H, hp + b * H, c + b * H, hn + b * H,
                    y_out->typed_data() + (t * B + b) * H, cnew.data(),
                    gates.data());
       }
+      laps.Lap(3);
       team.Sync();
+      laps.Lap(4);
     }
   });
   if (T % 2 == 1) {
@@ -418,7 +432,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   float* packed = Scratch(lnorm::PackedSize(N, H) + B * H);
   float* dhbuf = packed + lnorm::PackedSize(N, H);
   float* dcc = dc_out->typed_data();
+  lnorm::CallClock clock(bwd_times);
   lnorm::RunTeam(pool, TeamSize(pool, B, H), [&](lnorm::Team& team) {
+    lnorm::Laps laps(bwd_times, team.id());
     const int64_t p0 = team.Begin(P), p1 = team.End(P);
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
     // The columns of dh this thread's panels write.
@@ -434,6 +450,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     }
     BwdScratch scratch(H, norm == 1);
     team.Sync();
+    laps.Lap(0);
     for (int64_t i = 0; i < T; ++i) {
       const int64_t t = T - 1 - i;
       const float* dhc = i % 2 == 0 ? dh_out->typed_data() : dhbuf;
@@ -445,7 +462,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     dxw ? dxw + (t * B + b) * N : nullptr, srow.data(), nsums,
                     scratch);
       }
+      laps.Lap(1);
       team.Sync();
+      laps.Lap(2);
       lnorm::GemmPanels(da, B, N, N, packed, H, dhn, H, p0, p1);
       if (s.masked) {  // no step past an example's end: dh passes through
         for (int64_t b = 0; b < B; ++b) {
@@ -455,7 +474,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
           }
         }
       }
+      laps.Lap(3);
       team.Sync();
+      laps.Lap(4);
     }
   });
   if (T % 2 == 1) {

@@ -4,6 +4,13 @@
 // pool worker costs microseconds; a barrier between two running threads
 // costs a fraction of one, so a recurrent kernel that owns its whole time
 // loop hands off once a sequence instead of twice a step.
+//
+// Each member holds a CPU of its own while the team runs. A scheduler may
+// wake a partner on its waker's CPU and leave it there while another CPU
+// idles (a guest kernel that packs threads onto few vCPUs does so by design):
+// then every barrier waits for the other thread's time slice. Measured on a
+// 2-vCPU VM, 10-15% of the LSTM's forward calls took 8-19 ms instead of 3
+// (BENCHMARKS.md, "Stalls"); held apart, none did.
 
 #ifndef LNORM_NATIVE_TEAM_H_
 #define LNORM_NATIVE_TEAM_H_
@@ -24,6 +31,7 @@
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 #endif
@@ -60,6 +68,51 @@ inline void FutexWakeAll(std::atomic<int32_t>* word) {
 #else
 inline void FutexWait(std::atomic<int32_t>*, int32_t) { std::this_thread::yield(); }
 inline void FutexWakeAll(std::atomic<int32_t>*) {}
+#endif
+
+#if defined(__linux__)
+// The CPUs this thread may run on, in order.
+struct CpuList {
+  int cpus[CPU_SETSIZE];
+  int n = 0;
+  CpuList() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus[n++] = c;
+    }
+  }
+  // Index of the CPU this thread is on (0 if unknown).
+  int Current() const {
+    const int c = sched_getcpu();
+    for (int i = 0; i < n; ++i) {
+      if (cpus[i] == c) return i;
+    }
+    return 0;
+  }
+};
+
+// Holds this thread on one CPU for its lifetime, then restores the thread's
+// own affinity (a pool worker keeps whatever it had).
+class CpuHold {
+ public:
+  explicit CpuHold(int cpu) {
+    if (sched_getaffinity(0, sizeof old_, &old_) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    held_ = sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  ~CpuHold() {
+    if (held_) sched_setaffinity(0, sizeof old_, &old_);
+  }
+  CpuHold(const CpuHold&) = delete;
+  CpuHold& operator=(const CpuHold&) = delete;
+
+ private:
+  cpu_set_t old_;
+  bool held_ = false;
+};
 #endif
 
 // What a team's barrier shares.
@@ -112,14 +165,20 @@ class Team {
   Rendezvous* r_;
 };
 
-// Runs fn(team) on up to `want` threads: this one and the pool workers that
-// join within a millisecond (a busy pool may start its tasks late or never;
-// the team then runs smaller, down to this thread alone). Returns once every
-// member has returned. A task that starts after the team has formed touches
-// only the shared state and leaves.
+// Runs fn(team) on up to `want` threads, at most one per CPU this thread
+// may use: this one and the pool workers that join within a millisecond (a
+// busy pool may start its tasks late or never; the team then runs smaller,
+// down to this thread alone). Member k runs on the k-th CPU after the
+// caller's (the caller stays where it is). Returns once every member has
+// returned. A task that starts after the team has formed touches only the
+// shared state and leaves.
 template <typename Fn>
 void RunTeam(xla::ffi::ThreadPool& pool, int64_t want, const Fn& fn) {
   want = std::max<int64_t>(1, std::min<int64_t>(want, pool.num_threads()));
+#if defined(__linux__)
+  const CpuList cpus;
+  want = std::min<int64_t>(want, std::max(cpus.n, 1));
+#endif
   if (want == 1) {
     Rendezvous rendezvous;
     Team team(0, 1, &rendezvous);
@@ -133,8 +192,23 @@ void RunTeam(xla::ffi::ThreadPool& pool, int64_t want, const Fn& fn) {
     Rendezvous rendezvous;
   };
   auto st = std::make_shared<State>();
+#if defined(__linux__)
+  // The CPU of member id: the caller's, then the next ones in the list.
+  const int first = cpus.Current();
+  const auto cpu_of = [&cpus, first](int64_t id) {
+    return cpus.cpus[(first + id) % cpus.n];
+  };
+  const auto run = [&cpu_of, &fn](Team& team) {
+    CpuHold hold(cpu_of(team.id()));
+    fn(team);
+  };
+#else
+  const auto& run = fn;
+#endif
   for (int64_t i = 1; i < want; ++i) {
-    pool.Schedule([st, &fn] {
+    // A task that starts after the team has formed leaves without touching
+    // run or fn: only a member (whom the caller waits for) uses them.
+    pool.Schedule([st, &run] {
       int64_t s = st->members.load(std::memory_order_acquire);
       do {
         if (s & kClosed) return;  // formed without this thread
@@ -146,7 +220,7 @@ void RunTeam(xla::ffi::ThreadPool& pool, int64_t want, const Fn& fn) {
         Relax(spins);
       }
       Team team(id, s & (kClosed - 1), &st->rendezvous);
-      fn(team);
+      run(team);
       st->done.fetch_add(1, std::memory_order_release);
     });
   }
@@ -160,7 +234,7 @@ void RunTeam(xla::ffi::ThreadPool& pool, int64_t want, const Fn& fn) {
   const int64_t size =
       st->members.fetch_or(kClosed, std::memory_order_acq_rel) & (kClosed - 1);
   Team team(0, size, &st->rendezvous);
-  fn(team);
+  run(team);
   spins = 0;
   while (st->done.load(std::memory_order_acquire) < size - 1) Relax(spins);
 }

@@ -2,7 +2,11 @@
 
 Usage::
 
-    python -m scripts.bench.lstm_parts [--batch 8] [--repeats 30]
+    python -m scripts.bench.lstm_parts [--batch 8] [--repeats 30] [--parts NAME,...]
+
+With ``LNORM_NATIVE_PHASES=1`` the native kernels also print, at exit, their
+calls' wall times and each phase's share (``lnorm/native/phase_times.h``);
+time one LSTM part per run for a clean reading.
 
 At T=100, H=400, I=3 (``scripts.bench.rnn``'s ``short``, B from ``--batch``),
 it times, interleaved in this one process (each repeat a fresh random order):
@@ -17,7 +21,10 @@ it times, interleaved in this one process (each repeat a fresh random order):
 * ``torch LSTM``: ``torch.nn.LSTM``'s step at torch's default threads, and
   with ``--torch-threads 1`` on one thread too.
 
-For each it prints the median and fastest sample in ms, the rate in GFLOP/s
+``--parts`` times a subset (comma-separated names; the torch parts by
+their prefix ``torch LSTM``). For each it prints the median, 90th percentile
+and fastest sample in ms (a step whose native kernel stalled at a barrier
+shows in the 90th percentile, not the median), the rate in GFLOP/s
 (a multiply-add is 2 flops; the whole step is 3 of those matmuls' worth,
 3 x 2 B H 4H T flops), and the cores it kept busy: the process's CPU time
 over the wall time, medians (torch's threads spin between calls, so its
@@ -43,7 +50,12 @@ def main(argv=None) -> int:
   ap.add_argument("--repeats", type=int, default=30)
   ap.add_argument("--torch-threads", type=int, default=0,
                   help="also time torch on this many threads (0: only its default)")
+  ap.add_argument("--parts", default="",
+                  help="comma-separated parts to time (default: all)")
   args = ap.parse_args(argv)
+  wanted = [p for p in args.parts.split(",") if p]
+  keep = lambda name: not wanted or any(
+      name == w or name.startswith(w + ",") for w in wanted)
   T, B, H, I = 100, args.batch, 400, 3
   rng = np.random.default_rng(0)
   x = rng.standard_normal((T, B, I)).astype(np.float32)
@@ -91,15 +103,19 @@ def main(argv=None) -> int:
 
   mac = B * H * 4 * H * T  # one of the three matmuls' multiply-adds
   flops = {"recurrent dots": 2 * 2 * mac, "dW": 2 * mac}
+  runs = {name: run for name, run in runs.items() if keep(name)}
+  if not runs:
+    ap.error(f"--parts {args.parts!r} names none of the parts")
   samples, busy = bench_timing.samples_and_cores(runs, args.repeats)
   print(f"T={T}, B={B}, H={H}, I={I}; {args.repeats} repeats; "
         f"jax {jax.__version__}, torch {torch.__version__}")
-  print("| part | median (ms) | fastest (ms) | GFLOP/s at the median | cores busy |")
-  print("|---|---:|---:|---:|---:|")
+  print("| part | median (ms) | p90 (ms) | fastest (ms) | GFLOP/s at the median | cores busy |")
+  print("|---|---:|---:|---:|---:|---:|")
   for name, s in samples.items():
     med = float(np.median(s))
     rate = flops.get(name, 3 * 2 * mac) / med / 1e9
-    print(f"| {name} | {med * 1e3:.2f} | {min(s) * 1e3:.2f} | {rate:.0f} "
+    p90 = float(np.percentile(s, 90))
+    print(f"| {name} | {med * 1e3:.2f} | {p90 * 1e3:.2f} | {min(s) * 1e3:.2f} | {rate:.0f} "
           f"| {np.median(busy[name]):.2f} |")
   return 0
 
