@@ -2,7 +2,8 @@
 // rows (the batch, 1 to a few hundred) and W (H x 4H, or 4H x H) is the same
 // at every step: W is packed once per sequence into panels of kLanes columns,
 // each K x kLanes contiguous, and each step's product takes a range of
-// panels, so that a team of threads (team.h) splits the columns.
+// panels (and, to even out a split, a range of rows), so that a team of
+// threads (team.h) splits the columns.
 //
 // Every C[r, n] is summed in the same order (Tile) whatever the blocking,
 // the split or the thread count: the result does not depend on them.
@@ -153,6 +154,26 @@ inline void GemmPanels(const float* a, int64_t M, int64_t K, int64_t lda,
     TileColumn<1>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
                   std::min(kLanes, N - p * kLanes));
   }
+}
+
+// Share u of n of the product's work, counted in (panel, row) pairs, panel
+// by panel: with fewer panels than a multiple of n, a panel split between
+// two shares gives each some of its rows (the backward's H = 400 has 25
+// panels of 16). fn(p0, p1, r0, r1) for each block of panels [p0, p1) and
+// rows [r0, r1) of the share, at most three.
+template <typename Fn>
+inline void ForShare(int64_t P, int64_t M, int64_t u, int64_t n, const Fn& fn) {
+  const int64_t w0 = u * P * M / n, w1 = (u + 1) * P * M / n;
+  if (w0 >= w1) return;
+  const int64_t pa = w0 / M, ra = w0 % M, pb = w1 / M, rb = w1 % M;
+  if (pa == pb) {
+    fn(pa, pa + 1, ra, rb);
+    return;
+  }
+  int64_t p = pa;
+  if (ra > 0) fn(p, p + 1, ra, M), ++p;
+  if (p < pb) fn(p, pb, int64_t{0}, M);
+  if (rb > 0) fn(pb, pb + 1, int64_t{0}, rb);
 }
 
 }  // namespace lnorm

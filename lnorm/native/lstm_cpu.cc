@@ -344,6 +344,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
     lnorm::Laps laps(fwd_times, team.id());
     const int64_t p0 = team.Begin(P), p1 = team.End(P);
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
+    // Packing splits the panels; the products split (panel, row) pairs.
     lnorm::Pack(w.typed_data(), H, N, N, packed, p0, p1);
     std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
     team.Sync();
@@ -351,7 +352,11 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
     for (int64_t t = 0; t < T; ++t) {
       const float* hp = t % 2 == 0 ? h_out->typed_data() : hbuf;
       float* hn = t % 2 == 0 ? hbuf : h_out->typed_data();
-      lnorm::GemmPanels(hp, B, H, H, packed, N, a, N, p0, p1);
+      lnorm::ForShare(P, B, team.id(), team.size(),
+                      [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
+        lnorm::GemmPanels(hp + r0 * H, r1 - r0, H, H, packed, N, a + r0 * N,
+                          N, q0, q1);
+      });
       laps.Lap(1);
       team.Sync();
       laps.Lap(2);
@@ -437,9 +442,6 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     lnorm::Laps laps(bwd_times, team.id());
     const int64_t p0 = team.Begin(P), p1 = team.End(P);
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
-    // The columns of dh this thread's panels write.
-    const int64_t n0 = std::min(p0 * lnorm::kLanes, H),
-                  n1 = std::min(p1 * lnorm::kLanes, H);
     lnorm::PackTransposed(w.typed_data(), N, H, N, packed, p0, p1);
     // This chunk's row of each sum (row b0: distinct among the threads
     // that have rows): 4H wide (the bias, and for 'layer' the gains of
@@ -465,15 +467,21 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       laps.Lap(1);
       team.Sync();
       laps.Lap(2);
-      lnorm::GemmPanels(da, B, N, N, packed, H, dhn, H, p0, p1);
-      if (s.masked) {  // no step past an example's end: dh passes through
-        for (int64_t b = 0; b < B; ++b) {
+      lnorm::ForShare(P, B, team.id(), team.size(),
+                      [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
+        lnorm::GemmPanels(da + r0 * N, r1 - r0, N, N, packed, H, dhn + r0 * H,
+                          H, q0, q1);
+        if (!s.masked) return;
+        // No step past an example's end: dh passes through.
+        const int64_t n0 = std::min(q0 * lnorm::kLanes, H),
+                      n1 = std::min(q1 * lnorm::kLanes, H);
+        for (int64_t b = r0; b < r1; ++b) {
           if (s.m[t * B + b] == 0) {
             std::memcpy(dhn + b * H + n0, dhc + b * H + n0,
                         (n1 - n0) * sizeof(float));
           }
         }
-      }
+      });
       laps.Lap(3);
       team.Sync();
       laps.Lap(4);
