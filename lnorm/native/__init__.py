@@ -43,7 +43,7 @@ import jaxlib
 HERE = Path(__file__).parent
 SOURCES = (HERE / "layer_norm_cpu.cc", HERE / "lstm_cpu.cc", HERE / "gru_cpu.cc")
 HEADERS = (HERE / "vec.h", HERE / "rows.h", HERE / "gemm.h", HERE / "team.h",
-           HERE / "phase_times.h")
+           HERE / "phase_times.h", HERE / "pages.h")
 # XLA custom-call target -> exported handler symbol.
 TARGETS = {"lnorm_layer_norm_fwd": "LnormLayerNormFwd",
            "lnorm_layer_norm_bwd": "LnormLayerNormBwd",

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gemm.h"
+#include "pages.h"
 #include "phase_times.h"
 #include "rows.h"
 #include "team.h"
@@ -325,6 +326,8 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
       static_cast<int64_t>(xw.element_count()) != T * B * 4 * H) {
     return ffi::Error::InvalidArgument("lnorm lstm: bad shapes");
   }
+  lnorm::AdviseHugePages(saved->typed_data(), saved->size_bytes());
+  lnorm::AdviseHugePages(y_out->typed_data(), y_out->size_bytes());
   std::memcpy(c_out->typed_data(), c0.typed_data(), B * H * sizeof(float));
   std::memcpy(h_out->typed_data(), h0.typed_data(), B * H * sizeof(float));
   if (T == 0) return ffi::Error::Success();
@@ -426,6 +429,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     }
     dxw = (*r)->typed_data();
   }
+  lnorm::AdviseHugePages(da_all->typed_data(), da_all->size_bytes());
+  if (dxw != nullptr) lnorm::AdviseHugePages(dxw, T * B * 4 * H * sizeof(float));
   std::memcpy(dc_out->typed_data(), dc.typed_data(), B * H * sizeof(float));
   std::memcpy(dh_out->typed_data(), dh.typed_data(), B * H * sizeof(float));
   if (T == 0) return ffi::Error::Success();
