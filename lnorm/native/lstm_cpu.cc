@@ -11,7 +11,11 @@
 // _lstm_fwd and _lstm_scan_bwd in lstm_scan.py (their XLA versions), with
 // norm 0 = 'none', 1 = 'layer', 2 = 'layer_c'. Parameters a norm does not
 // use arrive as ones (gains) and zeros (biases); inputs it does not read
-// (the mask with masked = 0; rx but for 'layer') arrive as any buffer.
+// (the mask with masked = 0; rx but for 'layer') arrive as any buffer. For
+// 'layer' the forward computes rx, 1/sigma of each row of the input
+// projection xw, and writes it out with a copy of xw, which the backward
+// turns into d xw in place: XLA would otherwise copy xw for the backward
+// and reduce it for rx, two more passes over the largest array.
 
 #include <algorithm>
 #include <cmath>
@@ -74,6 +78,7 @@ struct Seq {
   float eps;
   const float *m, *rx;
   Params p;
+  float *rx_out, *xw_keep;  // the forward's, for 'layer'
 };
 
 // Row b of forward step t, from a = (h_{t-1} @ W_h)[b] and the carry rows
@@ -92,7 +97,18 @@ void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
   float* act = norm == 1 ? gates : row;
   float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
   if (norm == 1) {
-    const float rxb = s.rx[t * B + b];
+    // rx (the projection's kernel is centred, so its RMS is its sigma) and
+    // the row's copy, in one pass.
+    float* keep = s.xw_keep + (t * B + b) * 4 * H;
+    f8 ss{};
+    For8(4 * H, [&](int64_t j, auto full) {
+      constexpr bool F = decltype(full)::value;
+      const f8 v = Ld<F>(xr, j, 4 * H);
+      St<F>(keep, j, 4 * H, v);
+      ss += v * v;
+    });
+    const float rxb = 1.0f / std::sqrt(lnorm::Sum(ss) / (4 * H) + s.eps);
+    s.rx_out[t * B + b] = rxb;
     const float ms = SumOf(4 * H, [&](int64_t j) {
       const f8 v = LoadN(ar, j, 4 * H);
       return v * v;
@@ -306,19 +322,19 @@ int64_t TeamSize(ffi::ThreadPool& pool, int64_t B, int64_t H) {
 
 // The forward scan over all T steps. Each step: a = h_{t-1} @ W_h, its
 // columns split among the team; then the rows' elementwise work, the rows
-// split. It reads xw (T, B, 4H), the mask and rx (T, B; any buffer when
-// unused), and writes y (T, B, H), the saved rows (T, B, S) and the final
-// carry.
+// split. It reads xw (T, B, 4H) and the mask (T, B; any buffer when
+// unused), and writes y (T, B, H), the saved rows (T, B, S), the final carry
+// and for 'layer' rx (T, B) and xw's copy.
 ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
                    ffi::Buffer<ffi::F32> c0, ffi::Buffer<ffi::F32> h0,
-                   ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> rx,
-                   ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
+                   ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                    ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
                    ffi::Buffer<ffi::F32> bH, int32_t norm, int32_t masked,
                    float eps, ffi::ResultBuffer<ffi::F32> c_out,
                    ffi::ResultBuffer<ffi::F32> h_out,
                    ffi::ResultBuffer<ffi::F32> y_out,
-                   ffi::ResultBuffer<ffi::F32> saved, ffi::ThreadPool pool) {
+                   ffi::ResultBuffer<ffi::F32> saved, ffi::RemainingRets rest,
+                   ffi::ThreadPool pool) {
   const int64_t H = gH.element_count(), B = H > 0 ? c0.element_count() / H : 0;
   if (B * H == 0) return ffi::Error::Success();  // an empty batch
   const int64_t T = y_out->element_count() / (B * H);
@@ -326,15 +342,32 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
       static_cast<int64_t>(xw.element_count()) != T * B * 4 * H) {
     return ffi::Error::InvalidArgument("lnorm lstm: bad shapes");
   }
+  float *rx_out = nullptr, *xw_keep = nullptr;
+  if (static_cast<int64_t>(rest.size()) != (norm == 1 ? 2 : 0)) {
+    return ffi::Error::InvalidArgument("lnorm lstm: bad outputs");
+  }
+  if (norm == 1) {
+    auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
+    auto k = rest.get<ffi::Buffer<ffi::F32>>(1);
+    if (!r.has_value() || !k.has_value() ||
+        static_cast<int64_t>((*r)->element_count()) != T * B ||
+        static_cast<int64_t>((*k)->element_count()) != T * B * 4 * H) {
+      return ffi::Error::InvalidArgument("lnorm lstm: bad rx or xw copy");
+    }
+    rx_out = (*r)->typed_data();
+    xw_keep = (*k)->typed_data();
+    lnorm::AdviseHugePages(xw_keep, (*k)->size_bytes());
+  }
   lnorm::AdviseHugePages(saved->typed_data(), saved->size_bytes());
   lnorm::AdviseHugePages(y_out->typed_data(), y_out->size_bytes());
   std::memcpy(c_out->typed_data(), c0.typed_data(), B * H * sizeof(float));
   std::memcpy(h_out->typed_data(), h0.typed_data(), B * H * sizeof(float));
   if (T == 0) return ffi::Error::Success();
   const Seq s{T, B, H, static_cast<int64_t>(saved->element_count()) / (T * B),
-              norm, masked != 0, eps, m.typed_data(), rx.typed_data(),
+              norm, masked != 0, eps, m.typed_data(), rx_out,
               Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
-                     gH.typed_data(), bH.typed_data()}};
+                     gH.typed_data(), bH.typed_data()},
+              rx_out, xw_keep};
   const int64_t N = 4 * H, P = lnorm::Panels(N);
   float* packed = Scratch(lnorm::PackedSize(H, N) + B * N + B * H);
   float* a = packed + lnorm::PackedSize(H, N);
@@ -437,7 +470,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   const Seq s{T, B, H, static_cast<int64_t>(saved.element_count()) / (T * B),
               norm, masked != 0, 0.0f, m.typed_data(), rx.typed_data(),
               Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
-                     gH.typed_data(), bH.typed_data()}};
+                     gH.typed_data(), bH.typed_data()},
+              nullptr, nullptr};
   const int64_t N = 4 * H, P = lnorm::Panels(H);
   float* packed = Scratch(lnorm::PackedSize(N, H) + B * H);
   float* dhbuf = packed + lnorm::PackedSize(N, H);
@@ -507,7 +541,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // c_0
                                   .Arg<ffi::Buffer<ffi::F32>>()  // h_0
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // rx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // b4
                                   .Arg<ffi::Buffer<ffi::F32>>()  // g4
@@ -520,6 +553,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // h_T
                                   .Ret<ffi::Buffer<ffi::F32>>()   // y
                                   .Ret<ffi::Buffer<ffi::F32>>()   // saved
+                                  .RemainingRets()                // (rx, xw)
                                   .Ctx<ffi::ThreadPool>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,

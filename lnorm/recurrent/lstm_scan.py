@@ -7,8 +7,9 @@ behind each choice:
 
 * W_x x for all steps is one matmul before the scan (``proj``, whose
   backward keeps d(W_x x) row-major). With 'layer', its 1/sigma per row is
-  one reduction before the scan, and the steps normalize their row: xw is
-  the only (T, B, 4H) array of the input side.
+  one reduction (on CPU, done by the forward kernel as it reads each row),
+  and the steps normalize their row: xw is the only (T, B, 4H) array of the
+  input side.
 * LN(v @ k) = RMSNorm(v @ center(k)) exactly: the row mean of v @ k is v
   times the row means of k. The LNs then need one reduction per row
   instead of two, forward and backward.
@@ -122,9 +123,12 @@ def _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H):
   return m_arg, pick(rx_TxB, ones(1)), params
 
 
-def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
+def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
               w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
-  """The scan. Returns ((y, c_T, h_T), saved rows (T, B, sum(sizes)))."""
+  """The scan. Returns ((y, c_T, h_T), saved rows (T, B, sum(sizes)), rx,
+  xw for the backward): for 'layer' rx is 1/sigma of xw's rows, and the
+  native kernel returns a copy of xw (which the backward overwrites) made
+  while it reads it, where XLA would copy it in a pass of its own."""
   masked = m_TxB is not None
   B, H = h0_BxH.shape
   S = sum(_saved_sizes(norm, H, masked))
@@ -164,8 +168,10 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
 
   # The scans take every array as an argument: the custom JVP of
   # cpu_native differentiates (through xla_scan) with respect to arguments.
-  def xla_scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
-               h0_BxH, m_TxB):
+  def xla_scan(xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH,
+               m_TxB):
+    rx_TxB = _input_rx(norm, xw_TxBx4H, eps)
+
     def step(carry, inp):
       c_BxH, h_BxH = carry
       xw_Bx4H, rx_Bx1, m_Bx1 = inp
@@ -177,28 +183,31 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
     (c_BxH, h_BxH), (y_TxBxH, saved) = jax.lax.scan(
         step, (c0_BxH, h0_BxH), (xw_TxBx4H, _col(rx_TxB), _col(m_TxB)),
         unroll=unroll)
-    return (y_TxBxH, c_BxH, h_BxH), saved
+    return (y_TxBxH, c_BxH, h_BxH), saved, rx_TxB, xw_TxBx4H
 
-  def native_scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
-                  c0_BxH, h0_BxH, m_TxB):
+  def native_scan(xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
+                  h0_BxH, m_TxB):
     # One kernel for the whole loop, the products with W_h included.
     T = xw_TxBx4H.shape[0]
-    m_arg, rx_arg, params = _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H,
-                                           g_4H, g_H, b_H)
+    m_arg, _, params = _native_inputs(H, m_TxB, None, gx_4H, b_4H, g_4H, g_H,
+                                      b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
-    c_BxH, h_BxH, y_TxBxH, saved = jax.ffi.ffi_call(
-        'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S)),
+    layer = norm == 'layer'
+    c_BxH, h_BxH, y_TxBxH, saved, *rest = jax.ffi.ffi_call(
+        'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S))
+        + ((sds(T, B), sds(T, B, 4 * H)) if layer else ()),
         vmap_method='sequential')(
-            xw_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, m_arg, rx_arg, *params,
+            xw_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, m_arg, *params,
             norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
             eps=np.float32(eps))
-    return (y_TxBxH, c_BxH, h_BxH), saved
+    rx_TxB, xw_keep = rest if layer else (None, xw_TxBx4H)
+    return (y_TxBxH, c_BxH, h_BxH), saved, rx_TxB, xw_keep
 
   scan = xla_scan
   if use_native and _native_ok(xw_TxBx4H.dtype):
     scan = cpu_native(xla_scan, native_scan)
-  return scan(xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
-              h0_BxH, m_TxB)
+  return scan(xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH,
+              m_TxB)
 
 
 def _input_rx(norm: str, xw_TxBx4H: Array, eps: float) -> Array | None:
@@ -226,10 +235,9 @@ def lstm_scan(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H,
 
 def _lstm_scan_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
                    w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
-  rx_TxB = _input_rx(norm, xw_TxBx4H, eps)
-  out, saved = _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, rx_TxB,
-                         gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH,
-                         m_TxB)
+  out, saved, rx_TxB, xw_TxBx4H = _lstm_fwd(
+      norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
+      g_H, b_H, c0_BxH, h0_BxH, m_TxB)
   return out, (saved, out[0], xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H,
                g_H, b_H, h0_BxH, m_TxB)
 
