@@ -139,11 +139,17 @@ def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
 # passes), one example, and B = 11 (a full block of rows for the gemm's
 # tiles and a tail) with B * H >= 1024, from which a team of threads splits
 # the products' columns and the batch's rows; 257: an odd number of panels.
-NATIVE_SIZES = [(len(LENGTHS), H), (1, 13), (11, 100),
-                pytest.param((len(LENGTHS), 257), marks=pytest.mark.slow)]
+# The W_h gradient is formed in the backward kernel up to
+# DW_IN_KERNEL_MAX_ROWS of T B, by XLA after it with the limit at 0.
+# (B, H, T, limit or None for the default).
+NATIVE_SIZES = [(len(LENGTHS), H, T, None), (1, 13, T, None),
+                (11, 100, T, None), (11, 100, T, 0),
+                pytest.param((len(LENGTHS), 257, T, None), marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize('size', NATIVE_SIZES, ids=lambda s: f'B{s[0]}-H{s[1]}')
+@pytest.mark.parametrize(
+    'size', NATIVE_SIZES,
+    ids=lambda s: f'B{s[0]}-H{s[1]}-T{s[2]}' + ('-dW_by_xla' if s[3] == 0 else ''))
 @pytest.mark.parametrize('masked', [False, True])
 @pytest.mark.parametrize('norm', SEQ_NORMS)
 def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch):
@@ -152,13 +158,15 @@ def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch
   cell's scan in float64 to the tolerance of the float32 paths."""
   if not native.load():
     pytest.skip('native kernels unavailable')
-  nb, features = size
-  lengths = (LENGTHS * 3)[:nb] if nb > 1 else [T - 2]
-  x = inputs((nb, T, I))
+  nb, features, steps, dw_limit = size
+  if dw_limit is not None:
+    monkeypatch.setattr(lstm_scan, 'DW_IN_KERNEL_MAX_ROWS', dw_limit)
+  lengths = (LENGTHS * nb)[:nb] if nb > 1 else [steps - 2]
+  x = inputs((nb, steps, I))
   lstm = R.LSTM(features, norm=norm, return_carry=True)
   params = perturb(jax.jit(lstm.init)(jax.random.key(0), x)['params'])
   carry0 = random_carry((jnp.zeros((nb, features)),) * 2)
-  mask = length_mask(lengths) if masked else None
+  mask = length_mask(lengths, steps) if masked else None
   ours = lambda p, x, c0: lstm.apply({'params': p}, x, mask, initial_carry=c0)
   grad = _seq_grad(ours)
   text = grad.lower(params, x, carry0).as_text()
@@ -192,6 +200,40 @@ def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch
     # No less accurate than the XLA scans.
     err, err_xla = np.max(np.abs(a - c)), np.max(np.abs(b - c))
     assert err <= 2 * err_xla + 1e-6 * scale
+
+
+@pytest.mark.parametrize('masked', [False, True])
+@pytest.mark.parametrize('norm', SEQ_NORMS)
+def test_lstm_native_dw_matches_xla_dw(norm, masked, monkeypatch):
+  """The W_h gradient formed in the backward kernel against XLA's matmul
+  after it: as close to float64's. 10 steps of 110, with the size limit
+  raised: 1100 rows of T B, two of the kernel's blocks (kKBlock = 1024),
+  the second partial. (The other gradients may differ in the last bits:
+  the kernels pool the gain and bias sums per thread of the team, which
+  forms with as many of XLA's workers as join in time.)"""
+  if not native.load():
+    pytest.skip('native kernels unavailable')
+  nb, features, steps = 110, 100, 10
+  x = inputs((nb, steps, I))
+  lstm = R.LSTM(features, norm=norm, return_carry=True)
+  params = perturb(jax.jit(lstm.init)(jax.random.key(0), x)['params'])
+  carry0 = random_carry((jnp.zeros((nb, features)),) * 2)
+  mask = length_mask((LENGTHS * nb)[:nb], steps) if masked else None
+  ours = lambda p, x, c0: lstm.apply({'params': p}, x, mask, initial_carry=c0)
+  monkeypatch.setattr(lstm_scan, 'DW_IN_KERNEL_MAX_ROWS', nb * steps)
+  got = _seq_grad(ours)(params, x, carry0)
+  monkeypatch.setattr(lstm_scan, 'DW_IN_KERNEL_MAX_ROWS', 0)
+  want = _seq_grad(ours)(params, x, carry0)
+  with jax.enable_x64(True):
+    cell64 = R.LSTMCell(features, norm=norm, param_dtype=jnp.float64)
+    ref = lambda p, x, c0: R.Recurrent(cell64).apply(
+        {'params': {'cell': p}}, x, mask, initial_carry=c0)
+    want64 = _seq_grad(ref)(f64(params), f64(x), f64(carry0))
+  dw, dw_xla, dw64 = (np.asarray(g[0][0]['kernel_h'], np.float64)
+                      for g in (got, want, want64))
+  assert not np.array_equal(dw, dw_xla)  # the kernel's sums, not XLA's
+  err, err_xla = np.max(np.abs(dw - dw64)), np.max(np.abs(dw_xla - dw64))
+  assert err <= 2 * err_xla + 1e-6 * np.max(np.abs(dw64))
 
 
 # Run in a fresh process: threads that an earlier test's calls left pinned

@@ -80,7 +80,8 @@ constexpr int64_t kChunk = 64;
 
 // R rows of C (ldc apart) x V panels from A's rows (lda apart); ncols: the
 // columns of C these panels hold (fewer than V kLanes at the right edge).
-template <int64_t R, int64_t V>
+// kAdd: C += the product (its sum over k added to C's value last).
+template <int64_t R, int64_t V, bool kAdd = false>
 inline void Tile(const float* a, int64_t lda, const float* panel, int64_t K,
                  float* c, int64_t ldc, int64_t ncols) {
   // The chunks' sums live in memory (L1), not in registers, which the
@@ -110,48 +111,55 @@ inline void Tile(const float* a, int64_t lda, const float* panel, int64_t K,
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t v = 0; v < V; ++v) {
       const int64_t n = std::min(kLanes, ncols - v * kLanes);
-      std::memcpy(c + r * ldc + v * kLanes, sum + (r * V + v) * kLanes,
-                  n * sizeof(float));
+      float* cr = c + r * ldc + v * kLanes;
+      const float* sr = sum + (r * V + v) * kLanes;
+      if constexpr (kAdd) {
+        for (int64_t j = 0; j < n; ++j) cr[j] += sr[j];
+      } else {
+        std::memcpy(cr, sr, n * sizeof(float));
+      }
     }
   }
 }
 
 // Rows [0, M) of C x V panels from p: a block of rows at a time, so that
 // the panels (V K kLanes floats) stay in cache for all of them.
-template <int64_t V>
+template <int64_t V, bool kAdd = false>
 inline void TileColumn(const float* a, int64_t M, int64_t K, int64_t lda,
                        const float* panel, float* c, int64_t ldc,
                        int64_t ncols) {
   int64_t m = 0;
   for (; m + kRows <= M; m += kRows) {
-    Tile<kRows, V>(a + m * lda, lda, panel, K, c + m * ldc, ldc, ncols);
+    Tile<kRows, V, kAdd>(a + m * lda, lda, panel, K, c + m * ldc, ldc, ncols);
   }
   const float* am = a + m * lda;
   float* cm = c + m * ldc;
   switch (M - m) {
     case 0: break;
-    case 1: Tile<1, V>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 2: Tile<2, V>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 3: Tile<3, V>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 4: Tile<4, V>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 5: Tile<5, V>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 6: Tile<6, V>(am, lda, panel, K, cm, ldc, ncols); break;
-    default: Tile<7, V>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 1: Tile<1, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 2: Tile<2, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 3: Tile<3, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 4: Tile<4, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 5: Tile<5, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 6: Tile<6, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
+    default: Tile<7, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
   }
 }
 
-// C[:, panels p0..p1) = A (M x K, rows lda apart) @ packed W (K x N);
-// C's rows ldc apart. Two panels at a time: 2 kRows accumulators.
+// C[:, panels p0..p1) = A (M x K, rows lda apart) @ packed W (K x N), or
+// with kAdd C += it; C's rows ldc apart. Two panels at a time: 2 kRows
+// accumulators.
+template <bool kAdd = false>
 inline void GemmPanels(const float* a, int64_t M, int64_t K, int64_t lda,
                        const float* packed, int64_t N, float* c, int64_t ldc,
                        int64_t p0, int64_t p1) {
   int64_t p = p0;
   for (; p + 2 <= p1; p += 2) {
-    TileColumn<2>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
+    TileColumn<2, kAdd>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
                   std::min(2 * kLanes, N - p * kLanes));
   }
   if (p < p1) {
-    TileColumn<1>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
+    TileColumn<1, kAdd>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
                   std::min(kLanes, N - p * kLanes));
   }
 }

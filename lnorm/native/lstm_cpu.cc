@@ -312,7 +312,11 @@ float* Scratch(int64_t n) {
 lnorm::PhaseTimes fwd_times("lstm fwd", {"pack", "gemm", "wait after gemm",
                                          "rows", "wait after rows"});
 lnorm::PhaseTimes bwd_times("lstm bwd", {"pack", "rows", "wait after rows",
-                                         "gemm", "wait after gemm"});
+                                         "gemm", "wait after gemm", "dW"});
+
+// Rows of the T B that the W_h gradient's product takes at a time (packed,
+// with their h_{t-1}^T, into scratch), its sums added into dW block by block.
+constexpr int64_t kKBlock = 1024;
 
 // Threads for a call: a step's work must outweigh the barriers between its
 // phases.
@@ -416,6 +420,10 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
 // The backward scan over all T steps, last first. Each step: the rows'
 // elementwise work, the rows split among the team, which writes row t of
 // d(h @ w) (T, B, 4H); then dh_{t-1} = d(h @ w)_t @ W_h^T, its columns split.
+// With a dW output of H x 4H (not 0) the same team then forms the W_h
+// gradient, dW = sum over t, b of h_{t-1}^T d(h @ w)_t from hprev (T, B, H):
+// at small T B, as one XLA matmul after the kernel it took twice its time
+// alone (BENCHMARKS.md).
 // For 'layer' the first of the remaining buffers holds xw, aliased to d xw,
 // and each row, once read, becomes d xw's. The sums (B, n each) come out as
 // one row per chunk of the batch that a thread takes (zeros elsewhere),
@@ -426,10 +434,12 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                     ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
                     ffi::Buffer<ffi::F32> bH, ffi::Buffer<ffi::F32> w,
-                    ffi::RemainingArgs rest_in, int32_t norm, int32_t masked,
+                    ffi::Buffer<ffi::F32> hprev, ffi::RemainingArgs rest_in,
+                    int32_t norm, int32_t masked,
                     ffi::ResultBuffer<ffi::F32> dc_out,
                     ffi::ResultBuffer<ffi::F32> dh_out,
                     ffi::ResultBuffer<ffi::F32> da_all,
+                    ffi::ResultBuffer<ffi::F32> dw_out,
                     ffi::RemainingRets rest, ffi::ThreadPool pool) {
   const int64_t H = gH.element_count(), B = H > 0 ? dc.element_count() / H : 0;
   if (B * H == 0) return ffi::Error::Success();  // an empty batch
@@ -439,6 +449,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   if (static_cast<int64_t>(rest.size()) != nrest ||
       static_cast<int64_t>(rest_in.size()) != (norm == 1 ? 1 : 0) ||
       static_cast<int64_t>(w.element_count()) != H * 4 * H ||
+      static_cast<int64_t>(hprev.element_count()) != T * B * H ||
+      (dw_out->element_count() != 0 &&
+       static_cast<int64_t>(dw_out->element_count()) != H * 4 * H) ||
       static_cast<int64_t>(da_all->element_count()) != T * B * 4 * H) {
     return ffi::Error::InvalidArgument("lnorm lstm: bad shapes");
   }
@@ -466,15 +479,24 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   if (dxw != nullptr) lnorm::AdviseHugePages(dxw, T * B * 4 * H * sizeof(float));
   std::memcpy(dc_out->typed_data(), dc.typed_data(), B * H * sizeof(float));
   std::memcpy(dh_out->typed_data(), dh.typed_data(), B * H * sizeof(float));
-  if (T == 0) return ffi::Error::Success();
+  const bool with_dw = dw_out->element_count() != 0;
+  if (T == 0) {
+    if (with_dw) std::memset(dw_out->typed_data(), 0, H * 4 * H * sizeof(float));
+    return ffi::Error::Success();
+  }
   const Seq s{T, B, H, static_cast<int64_t>(saved.element_count()) / (T * B),
               norm, masked != 0, 0.0f, m.typed_data(), rx.typed_data(),
               Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                      gH.typed_data(), bH.typed_data()},
               nullptr, nullptr};
   const int64_t N = 4 * H, P = lnorm::Panels(H);
-  float* packed = Scratch(lnorm::PackedSize(N, H) + B * H);
+  const int64_t PN = lnorm::Panels(N),
+                KB = with_dw ? std::min(kKBlock, T * B) : 0;
+  float* packed = Scratch(lnorm::PackedSize(N, H) + B * H +
+                          lnorm::PackedSize(KB, N) + H * KB);
   float* dhbuf = packed + lnorm::PackedSize(N, H);
+  float* dpack = dhbuf + B * H;                   // a block of d(h @ w), packed
+  float* hT = dpack + lnorm::PackedSize(KB, N);   // the block's h_{t-1}^T
   float* dcc = dc_out->typed_data();
   lnorm::CallClock clock(bwd_times);
   lnorm::RunTeam(pool, TeamSize(pool, B, H), [&](lnorm::Team& team) {
@@ -525,6 +547,35 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       team.Sync();
       laps.Lap(4);
     }
+    // dW by blocks of KB rows of the T B: each packed (the members split
+    // the panels of d(h @ w) and the rows of h^T), then added into dW, the
+    // members taking shares of its (panel, row) pairs. The order of the sums
+    // is fixed: k in chunks (gemm.h) within a block, then block by block.
+    const float* hp = hprev.typed_data();
+    float* dw = dw_out->typed_data();
+    const int64_t m0 = team.Begin(H), m1 = team.End(H);
+    for (int64_t k0 = 0; with_dw && k0 < T * B; k0 += KB) {
+      const int64_t kc = std::min(KB, T * B - k0);
+      lnorm::Pack(da_all->typed_data() + k0 * N, kc, N, N, dpack,
+                  team.Begin(PN), team.End(PN));
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* hr = hp + (k0 + k) * H;
+        for (int64_t m = m0; m < m1; ++m) hT[m * kc + k] = hr[m];
+      }
+      team.Sync();
+      lnorm::ForShare(PN, H, team.id(), team.size(),
+                      [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
+        if (k0 == 0) {
+          lnorm::GemmPanels(hT + r0 * kc, r1 - r0, kc, kc, dpack, N,
+                            dw + r0 * N, N, q0, q1);
+        } else {
+          lnorm::GemmPanels<true>(hT + r0 * kc, r1 - r0, kc, kc, dpack, N,
+                                  dw + r0 * N, N, q0, q1);
+        }
+      });
+      team.Sync();
+    }
+    laps.Lap(5);
   });
   if (T % 2 == 1) {
     std::memcpy(dh_out->typed_data(), dhbuf, B * H * sizeof(float));
@@ -570,11 +621,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // w
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // h_{t-1}
                                   .RemainingArgs()                // (xw,)
                                   .Attr<int32_t>("norm")
                                   .Attr<int32_t>("masked")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dc_0
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dh_0
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dW
                                   .RemainingRets()                // (dxw,) sums
                                   .Ctx<ffi::ThreadPool>());

@@ -26,7 +26,9 @@ behind each choice:
   which XLA runs as a dozen or more small kernels and a hand-off to its
   thread pool per matmul. From B * H = 1024 a team of threads (the caller and
   XLA's intra-op workers, ``native/team.h``) splits each product's columns
-  and the batch's rows, with a barrier between the phases of a step.
+  and the batch's rows, with a barrier between the phases of a step. The
+  backward kernel also forms the W_h gradient after its loop, on the same
+  team.
 """
 
 from __future__ import annotations
@@ -106,6 +108,12 @@ def _native_ok(*dtypes) -> bool:
 
 
 _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
+
+# Up to this many T * B rows the backward kernel forms the W_h gradient
+# itself, where XLA's matmul after the kernel at times took twice its time
+# alone; from B = 16 at T = 100, XLA's is 5% faster (BENCHMARKS.md, "The W_h
+# gradient in the backward kernel").
+DW_IN_KERNEL_MAX_ROWS = 1024
 
 
 def _col(a_TxB: Array | None) -> Array | None:
@@ -310,10 +318,10 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   n_outs = 1 if norm == 'layer' else 0
   sums0 = tuple(jnp.zeros((B, n), dy_TxBxH.dtype) for n in sum_sizes)
 
-  # Both scans return (dc_0, dh_0, sums, d xw, d(h @ w)); d xw is d(h @ w)
-  # but for 'layer'. They take every array as an argument (see _lstm_fwd).
+  # Both scans return (dc_0, dh_0, sums, d xw, dW); d xw is d(h @ w) but
+  # for 'layer'. They take every array as an argument (see _lstm_fwd).
   def xla_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
-               gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H):
+               gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
     # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
     # transposed-operand kernel is slower for these shapes.
     wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
@@ -342,38 +350,41 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       rx_TxBx1 = rx_TxB[..., None]
       xh, dxh = xw_TxBx4H * rx_TxBx1, dxw
       dxw = rx_TxBx1 * (dxh - xh * _mean(xh * dxh))
-    return dc0, dh0, sums, dxw, outs[-1]
+    return dc0, dh0, sums, dxw, sum_outer(h_prev, outs[-1])
 
   def native_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
-                  gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H):
-    # As in _lstm_fwd: one kernel for the whole loop. 'layer': xw's buffer
-    # turns into d xw's, row by row.
+                  gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
+    # As in _lstm_fwd: one kernel for the whole loop, and dW after it.
+    # 'layer': xw's buffer turns into d xw's, row by row.
     T = dy_TxBxH.shape[0]
     m_arg, rx_arg, params = _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H,
                                            g_4H, g_H, b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     xw_rest = (xw_TxBx4H,) if norm == 'layer' else ()
-    dc0, dh0, da, *rest = jax.ffi.ffi_call(
-        'lnorm_lstm_bwd', (sds(B, H), sds(B, H), sds(T, B, 4 * H))
+    fuse_dw = T * B <= DW_IN_KERNEL_MAX_ROWS
+    dc0, dh0, da, dw, *rest = jax.ffi.ffi_call(
+        'lnorm_lstm_bwd', (sds(B, H), sds(B, H), sds(T, B, 4 * H),
+                           sds(H, 4 * H) if fuse_dw else sds(0))
         + (sds(T, B, 4 * H),) * n_outs + tuple(sds(B, n) for n in sum_sizes),
-        input_output_aliases={12: 3} if n_outs else {},
+        input_output_aliases={13: 4} if n_outs else {},
         vmap_method='sequential')(
             dy_TxBxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
-            *xw_rest, norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked))
-    return dc0, dh0, rest[n_outs:], (rest[0] if n_outs else da), da
-
-  scan = xla_scan
-  if use_native and _native_ok(dy_TxBxH.dtype):
-    scan = cpu_native(xla_scan, native_scan)
-  dc0, dh0, sums, dxw, da = scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB,
-                                 dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H,
-                                 g_H, b_H)
+            h_prev, *xw_rest, norm=np.int32(_NORM_CODE[norm]),
+            masked=np.int32(masked))
+    if not fuse_dw:
+      dw = sum_outer(h_prev, da)
+    return dc0, dh0, rest[n_outs:], (rest[0] if n_outs else da), dw
 
   if masked:
     h_prev = saved[..., -H:]
   else:
     h_prev = jnp.concatenate([h0_BxH[None], y_TxBxH[:-1]], 0)
-  dw_Hx4H = sum_outer(h_prev, da)
+  scan = xla_scan
+  if use_native and _native_ok(dy_TxBxH.dtype):
+    scan = cpu_native(xla_scan, native_scan)
+  dc0, dh0, sums, dxw, dw_Hx4H = scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB,
+                                      m_TxB, dc_BxH, dh_BxH, gx_4H, b_4H,
+                                      w_Hx4H, g_4H, g_H, b_H, h_prev)
   sums = [jnp.sum(s, 0) for s in sums]
   db_4H = sums.pop(0)
   dg_4H = dgx_4H = dg_H = db_H = None
