@@ -442,7 +442,10 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::ResultBuffer<ffi::F32> dw_out,
                     ffi::RemainingRets rest, ffi::ThreadPool pool) {
   const int64_t H = gH.element_count(), B = H > 0 ? dc.element_count() / H : 0;
-  if (B * H == 0) return ffi::Error::Success();  // an empty batch
+  if (B * H == 0) {  // an empty batch: dW (if asked for) is 0
+    std::memset(dw_out->typed_data(), 0, dw_out->size_bytes());
+    return ffi::Error::Success();
+  }
   const int64_t T = dy.element_count() / (B * H);
   const int64_t nsums = norm == 0 ? 1 : norm == 1 ? 5 : 3;
   const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxw,) + sums
