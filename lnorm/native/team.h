@@ -9,8 +9,10 @@
 // wake a partner on its waker's CPU and leave it there while another CPU
 // idles (a guest kernel that packs threads onto few vCPUs does so by design):
 // then every barrier waits for the other thread's time slice. Measured on a
-// 2-vCPU VM, 10-15% of the LSTM's forward calls took 8-19 ms instead of 3
-// (BENCHMARKS.md, "Stalls"); held apart, none did.
+// 2-vCPU VM at B = 8, the LSTM's forward calls took 3 ms at the median and
+// 7 ms at the 90th percentile; held apart, 3.3-3.5 (BENCHMARKS.md, "Stalls").
+// The cost: another thread that wants a held CPU shares it with the member
+// until the call ends.
 
 #ifndef LNORM_NATIVE_TEAM_H_
 #define LNORM_NATIVE_TEAM_H_
