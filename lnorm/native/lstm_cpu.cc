@@ -421,7 +421,8 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
 // elementwise work, the rows split among the team, which writes row t of
 // d(h @ w) (T, B, 4H); then dh_{t-1} = d(h @ w)_t @ W_h^T, its columns split.
 // With a dW output of H x 4H (not 0) the same team then forms the W_h
-// gradient, dW = sum over t, b of h_{t-1}^T d(h @ w)_t from hprev (T, B, H):
+// gradient, dW = sum over t, b of h_{t-1}^T d(h @ w)_t from hprev (T, B, H;
+// otherwise any buffer):
 // at small T B, as one XLA matmul after the kernel it took twice its time
 // alone (BENCHMARKS.md).
 // For 'layer' the first of the remaining buffers holds xw, aliased to d xw,
@@ -452,9 +453,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   if (static_cast<int64_t>(rest.size()) != nrest ||
       static_cast<int64_t>(rest_in.size()) != (norm == 1 ? 1 : 0) ||
       static_cast<int64_t>(w.element_count()) != H * 4 * H ||
-      static_cast<int64_t>(hprev.element_count()) != T * B * H ||
       (dw_out->element_count() != 0 &&
-       static_cast<int64_t>(dw_out->element_count()) != H * 4 * H) ||
+       (static_cast<int64_t>(dw_out->element_count()) != H * 4 * H ||
+        static_cast<int64_t>(hprev.element_count()) != T * B * H)) ||
       static_cast<int64_t>(da_all->element_count()) != T * B * 4 * H) {
     return ffi::Error::InvalidArgument("lnorm lstm: bad shapes");
   }

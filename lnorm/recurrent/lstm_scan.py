@@ -369,7 +369,10 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
         input_output_aliases={13: 4} if n_outs else {},
         vmap_method='sequential')(
             dy_TxBxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
-            h_prev, *xw_rest, norm=np.int32(_NORM_CODE[norm]),
+            # Unread without dW: a placeholder keeps h_prev out of the
+            # kernel's live buffers.
+            h_prev if fuse_dw else jnp.zeros((0,), jnp.float32), *xw_rest,
+            norm=np.int32(_NORM_CODE[norm]),
             masked=np.int32(masked))
     if not fuse_dw:
       dw = sum_outer(h_prev, da)
