@@ -184,6 +184,19 @@ inline void ForShare(int64_t P, int64_t M, int64_t u, int64_t n, const Fn& fn) {
   if (rb > 0) fn(pb, pb + 1, int64_t{0}, rb);
 }
 
+// Share u of n of C = A @ W (C += it with kAdd), W packed: ForShare's
+// blocks, each the product of its rows of A and its panels.
+template <bool kAdd = false>
+inline void GemmShare(const float* a, int64_t M, int64_t K, int64_t lda,
+                      const float* packed, int64_t N, float* c, int64_t ldc,
+                      int64_t u, int64_t n) {
+  ForShare(Panels(N), M, u, n,
+           [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
+    GemmPanels<kAdd>(a + r0 * lda, r1 - r0, K, lda, packed, N, c + r0 * ldc,
+                     ldc, q0, q1);
+  });
+}
+
 }  // namespace lnorm
 
 #endif  // LNORM_NATIVE_GEMM_H_

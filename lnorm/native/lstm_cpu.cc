@@ -368,7 +368,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
   std::memcpy(h_out->typed_data(), h0.typed_data(), B * H * sizeof(float));
   if (T == 0) return ffi::Error::Success();
   const Seq s{T, B, H, static_cast<int64_t>(saved->element_count()) / (T * B),
-              norm, masked != 0, eps, m.typed_data(), rx_out,
+              norm, masked != 0, eps, m.typed_data(), nullptr,
               Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                      gH.typed_data(), bH.typed_data()},
               rx_out, xw_keep};
@@ -392,11 +392,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
     for (int64_t t = 0; t < T; ++t) {
       const float* hp = t % 2 == 0 ? h_out->typed_data() : hbuf;
       float* hn = t % 2 == 0 ? hbuf : h_out->typed_data();
-      lnorm::ForShare(P, B, team.id(), team.size(),
-                      [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
-        lnorm::GemmPanels(hp + r0 * H, r1 - r0, H, H, packed, N, a + r0 * N,
-                          N, q0, q1);
-      });
+      lnorm::GemmShare(hp, B, H, H, packed, N, a, N, team.id(), team.size());
       laps.Lap(1);
       team.Sync();
       laps.Lap(2);
@@ -532,21 +528,22 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       laps.Lap(1);
       team.Sync();
       laps.Lap(2);
-      lnorm::ForShare(P, B, team.id(), team.size(),
-                      [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
-        lnorm::GemmPanels(da + r0 * N, r1 - r0, N, N, packed, H, dhn + r0 * H,
-                          H, q0, q1);
-        if (!s.masked) return;
-        // No step past an example's end: dh passes through.
-        const int64_t n0 = std::min(q0 * lnorm::kLanes, H),
-                      n1 = std::min(q1 * lnorm::kLanes, H);
-        for (int64_t b = r0; b < r1; ++b) {
-          if (s.m[t * B + b] == 0) {
-            std::memcpy(dhn + b * H + n0, dhc + b * H + n0,
-                        (n1 - n0) * sizeof(float));
+      lnorm::GemmShare(da, B, N, N, packed, H, dhn, H, team.id(), team.size());
+      // No step past an example's end: dh passes through (over the same
+      // share of dh that this thread's product wrote).
+      if (s.masked) {
+        lnorm::ForShare(P, B, team.id(), team.size(),
+                        [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
+          const int64_t n0 = std::min(q0 * lnorm::kLanes, H),
+                        n1 = std::min(q1 * lnorm::kLanes, H);
+          for (int64_t b = r0; b < r1; ++b) {
+            if (s.m[t * B + b] == 0) {
+              std::memcpy(dhn + b * H + n0, dhc + b * H + n0,
+                          (n1 - n0) * sizeof(float));
+            }
           }
-        }
-      });
+        });
+      }
       laps.Lap(3);
       team.Sync();
       laps.Lap(4);
@@ -567,16 +564,12 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
         for (int64_t m = m0; m < m1; ++m) hT[m * kc + k] = hr[m];
       }
       team.Sync();
-      lnorm::ForShare(PN, H, team.id(), team.size(),
-                      [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
-        if (k0 == 0) {
-          lnorm::GemmPanels(hT + r0 * kc, r1 - r0, kc, kc, dpack, N,
-                            dw + r0 * N, N, q0, q1);
-        } else {
-          lnorm::GemmPanels<true>(hT + r0 * kc, r1 - r0, kc, kc, dpack, N,
-                                  dw + r0 * N, N, q0, q1);
-        }
-      });
+      if (k0 == 0) {
+        lnorm::GemmShare(hT, H, kc, kc, dpack, N, dw, N, team.id(), team.size());
+      } else {
+        lnorm::GemmShare<true>(hT, H, kc, kc, dpack, N, dw, N, team.id(),
+                               team.size());
+      }
       team.Sync();
     }
     laps.Lap(5);
