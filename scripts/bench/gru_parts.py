@@ -73,10 +73,9 @@ def main(argv=None) -> int:
   T, B, H, I = 100, args.batch, 400, 3
   rng = np.random.default_rng(0)
   arr = lambda *s, scale=1.0: jnp.asarray(rng.standard_normal(s) * scale, jnp.float32)
-  x = np.asarray(arr(T, B, I))
   dy_TxBxH = arr(T, B, H)
   cands, _, _ = bench_rnn.jax_candidates(["GRU(none)", "GRU(layer)"], (T, B, H, I, 1),
-                                         x, np.asarray(dy_TxBxH), 0)
+                                         *bench_rnn.batch_inputs((T, B, H, I, 1)), 0)
   runs = {name: c[0] for name, c in cands.items()}
 
   xz, xc, w = arr(T, B, 2 * H), arr(T, B, H), arr(H, 3 * H, scale=0.05)

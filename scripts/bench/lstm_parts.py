@@ -58,8 +58,7 @@ def main(argv=None) -> int:
       name == w or name.startswith(w + ",") for w in wanted)
   T, B, H, I = 100, args.batch, 400, 3
   rng = np.random.default_rng(0)
-  x = rng.standard_normal((T, B, I)).astype(np.float32)
-  dy = rng.standard_normal((T, B, H)).astype(np.float32)
+  x, dy = bench_rnn.batch_inputs((T, B, H, I, 1))
   cands, _, _ = bench_rnn.jax_candidates(["LSTM(none)", "LSTM(layer)"],
                                          (T, B, H, I, 1), x, dy, 0)
   runs = {name: c[0] for name, c in cands.items()}
@@ -83,7 +82,7 @@ def main(argv=None) -> int:
       recurrent_dots(h_BxH, d_Bx4H, w_Hx4H, wt_4HxH))
   runs["dW"] = lambda: jax.block_until_ready(dw(h_TBxH, d_TBx4H))
 
-  lstm = torch.nn.LSTM(I, H)
+  lstm = torch.nn.LSTM(I, H, batch_first=True)
   xt, dyt = torch.tensor(x), torch.tensor(dy)
 
   def torch_step(threads):

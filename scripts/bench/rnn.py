@@ -394,11 +394,17 @@ def check_agreement(outputs, dy, steps=CHECK_STEPS):
   return checked
 
 
-def bench_shape(shape, names, repeats, sample_s, stat, check, seed=0):
+def batch_inputs(shape, seed=0):
+  """x (B, T, I) and dy (B, T, H), batch first as the modules and the torch
+  candidates (``batch_first=True``) take them."""
   T, B, H, I, L = shape
   rng = np.random.default_rng(seed)
-  x = rng.standard_normal((B, T, I), dtype=np.float32)
-  dy = rng.standard_normal((B, T, H), dtype=np.float32)
+  return (rng.standard_normal((B, T, I), dtype=np.float32),
+          rng.standard_normal((B, T, H), dtype=np.float32))
+
+
+def bench_shape(shape, names, repeats, sample_s, stat, check, seed=0):
+  x, dy = batch_inputs(shape, seed)
   jc, params, jax_dev = jax_candidates(names, shape, x, dy, seed)
   cands = {k: v[0] for k, v in jc.items()}
   outputs = {k: v[1] for k, v in jc.items()}
