@@ -44,15 +44,23 @@ inline int64_t PackedSize(int64_t K, int64_t N) {
   return Panels(N) * kLanes * K;
 }
 
-// Packs panels [p0, p1) of W (K x N, row-major, rows ldw apart):
-// out[(p K + k) kLanes + c] = W[k, p kLanes + c], zero past column N.
+// Packs rows [k0, k1) of W (K x N, row-major, rows ldw apart) into every
+// panel: out[(p K + k) kLanes + c] = W[k, p kLanes + c], zero past column N.
+// A team splits the rows: each member reads its rows of W in order (a
+// split by panels would read down columns, a page apart at a time).
 inline void Pack(const float* w, int64_t K, int64_t N, int64_t ldw,
-                 float* out, int64_t p0, int64_t p1) {
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t n0 = p * kLanes, nc = std::min(kLanes, N - n0);
-    for (int64_t k = 0; k < K; ++k) {
-      float* o = out + (p * K + k) * kLanes;
-      std::memcpy(o, w + k * ldw + n0, nc * sizeof(float));
+                 float* out, int64_t k0, int64_t k1) {
+  const int64_t P = Panels(N), full = N / kLanes;
+  for (int64_t k = k0; k < k1; ++k) {
+    const float* wk = w + k * ldw;
+    for (int64_t p = 0; p < full; ++p) {
+      std::memcpy(out + (p * K + k) * kLanes, wk + p * kLanes,
+                  kLanes * sizeof(float));
+    }
+    if (full < P) {
+      float* o = out + (full * K + k) * kLanes;
+      const int64_t nc = N - full * kLanes;
+      std::memcpy(o, wk + full * kLanes, nc * sizeof(float));
       for (int64_t c = nc; c < kLanes; ++c) o[c] = 0.0f;
     }
   }

@@ -27,8 +27,8 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-using lnorm::f8;
-using lnorm::For8;
+using lnorm::fr;
+using lnorm::ForRow;
 using lnorm::ForRows;
 using lnorm::Ld;
 using lnorm::LoadN;
@@ -42,7 +42,7 @@ inline void RowNorms(const float* au, const float* ar, const float* ac,
                      int64_t H, float eps, float& rz, float& rc) {
   const auto sq = [H](const float* p) {
     return SumOf(H, [&](int64_t j) {
-      const f8 v = LoadN(p, j, H);
+      const fr v = LoadN(p, j, H);
       return v * v;
     }) / H;
   };
@@ -60,9 +60,9 @@ struct Params {
 template <bool kFull>
 inline void Gates(int norm, const float* au, const float* ar, const float* ac,
                   const float* xu, const float* xr, const float* xc, float rz,
-                  float rc, const Params& p, int64_t j, int64_t H, f8& z,
-                  f8& r, f8& hh, f8& acn) {
-  f8 aun = Ld<kFull>(au, j, H), arn = Ld<kFull>(ar, j, H);
+                  float rc, const Params& p, int64_t j, int64_t H, fr& z,
+                  fr& r, fr& hh, fr& acn) {
+  fr aun = Ld<kFull>(au, j, H), arn = Ld<kFull>(ar, j, H);
   acn = Ld<kFull>(ac, j, H);
   if (norm == 1) {
     aun = aun * rz * Ld<kFull>(p.g2, j, H);
@@ -135,14 +135,14 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> xu,
       const bool keep = !masked || mt[b] != 0;
       float* yr = y_out->typed_data() + row;
       float* hn = h_out->typed_data() + b * H;
-      For8(H, [&](int64_t j, auto full) {
+      ForRow(H, [&](int64_t j, auto full) {
         constexpr bool F = decltype(full)::value;
-        f8 z, r, hh, acn;
+        fr z, r, hh, acn;
         Gates<F>(norm, au, ar, ac, xu.typed_data() + row, xr.typed_data() + row,
                  xc.typed_data() + row, rz, rc, p, j, H, z, r, hh, acn);
-        const f8 hv = Ld<F>(hr, j, H);
-        const f8 hnew = (1.0f - z) * hv + z * hh;
-        St<F>(yr, j, H, keep ? hnew : f8{});
+        const fr hv = Ld<F>(hr, j, H);
+        const fr hnew = (1.0f - z) * hv + z * hh;
+        St<F>(yr, j, H, keep ? hnew : fr{});
         St<F>(hn, j, H, keep ? hnew : hv);
       });
       // The blocks of h @ w, for the backward to recompute the gates from.
@@ -246,31 +246,31 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> au_all,
       // it leaves their gained versions (dug, drg, dcg) in da's row for the
       // norms' backward, with the row sums that needs. Padded tails add 0:
       // dh is 0 there, and so is every gradient.
-      f8 mu8{}, mr8{}, mc8{};
-      For8(H, [&](int64_t j, auto full) {
+      fr mu8{}, mr8{}, mc8{};
+      ForRow(H, [&](int64_t j, auto full) {
         constexpr bool F = decltype(full)::value;
-        f8 z, r, hh, acn;
+        fr z, r, hh, acn;
         Gates<F>(norm, au, ar, ac, xu, xr, xc, rz, rc, p, j, H, z, r, hh, acn);
-        const f8 dh = Ld<F>(dpr, j, H) + Ld<F>(dmr, j, H);
-        const f8 dhn = keep ? dh + Ld<F>(dyr, j, H) : f8{};
-        const f8 dkeep = keep ? f8{} : dh;
+        const fr dh = Ld<F>(dpr, j, H) + Ld<F>(dmr, j, H);
+        const fr dhn = keep ? dh + Ld<F>(dyr, j, H) : fr{};
+        const fr dkeep = keep ? fr{} : dh;
         // d(au' + xu), d(xc + r ac'), d(ar' + xr):
-        const f8 du = dhn * (hh - Ld<F>(hp, j, H)) * z * (1.0f - z);
-        const f8 dc = dhn * z * (1.0f - hh * hh);
-        const f8 dr = dc * acn * r * (1.0f - r);
-        const f8 dac = dc * r;
+        const fr du = dhn * (hh - Ld<F>(hp, j, H)) * z * (1.0f - z);
+        const fr dc = dhn * z * (1.0f - hh * hh);
+        const fr dr = dc * acn * r * (1.0f - r);
+        const fr dac = dc * r;
         St<F>(xu, j, H, du);
         St<F>(xr, j, H, dr);
         St<F>(xc, j, H, dc);
         St<F>(dpo, j, H, dhn * (1.0f - z) + dkeep);
         if (norm == 1) {
-          const f8 auh = Ld<F>(au, j, H) * rz, arh = Ld<F>(ar, j, H) * rz,
+          const fr auh = Ld<F>(au, j, H) * rz, arh = Ld<F>(ar, j, H) * rz,
                    ach = Ld<F>(ac, j, H) * rc;
           St<F>(s_g2, j, H, Ld<F>(s_g2, j, H) + du * auh);
           St<F>(s_g2 + H, j, H, Ld<F>(s_g2 + H, j, H) + dr * arh);
           St<F>(s_gH, j, H, Ld<F>(s_gH, j, H) + dac * ach);
           St<F>(s_bH, j, H, Ld<F>(s_bH, j, H) + dac);
-          const f8 dug = du * Ld<F>(p.g2, j, H),
+          const fr dug = du * Ld<F>(p.g2, j, H),
                    drg = dr * Ld<F>(p.g2 + H, j, H),
                    dcg = dac * Ld<F>(p.gH, j, H);
           mu8 += dug * auh;
@@ -290,7 +290,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> au_all,
         // gates' mean over both of their blocks.
         const float mz = 0.5f * (lnorm::Sum(mu8) / H + lnorm::Sum(mr8) / H);
         const float mc = lnorm::Sum(mc8) / H;
-        For8(H, [&](int64_t j, auto full) {
+        ForRow(H, [&](int64_t j, auto full) {
           constexpr bool F = decltype(full)::value;
           St<F>(da, j, H, rz * (Ld<F>(da, j, H) - Ld<F>(au, j, H) * rz * mz));
           St<F>(da + H, j, H,

@@ -35,11 +35,9 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-using lnorm::f8;
-using lnorm::Load;
-using lnorm::Store;
+using lnorm::fr;
 using lnorm::StoreN;
-using lnorm::For8;
+using lnorm::ForRow;
 using lnorm::Map;
 using lnorm::LoadN;
 using lnorm::Ld;
@@ -53,7 +51,7 @@ struct Params {
 // 'layer''s pre-activation at off + j of a row (eq. 20), from ah = LN(W_h h)
 // before its gain and the input projection's row xr with its 1/sigma rxb.
 // The forward and the backward's recompute both use it: the same gates.
-inline f8 LayerZ(f8 ah, const float* xr, float rxb, const Params& p,
+inline fr LayerZ(fr ah, const float* xr, float rxb, const Params& p,
                  int64_t off, int64_t j, int64_t H) {
   return ah * LoadN(p.g4 + off, j, H) +
          LoadN(xr + off, j, H) * rxb * LoadN(p.gx + off, j, H) +
@@ -100,17 +98,17 @@ void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
     // rx (the projection's kernel is centred, so its RMS is its sigma) and
     // the row's copy, in one pass.
     float* keep = s.xw_keep + (t * B + b) * 4 * H;
-    f8 ss{};
-    For8(4 * H, [&](int64_t j, auto full) {
+    fr ss{};
+    ForRow(4 * H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
-      const f8 v = Ld<F>(xr, j, 4 * H);
+      const fr v = Ld<F>(xr, j, 4 * H);
       St<F>(keep, j, 4 * H, v);
       ss += v * v;
     });
     const float rxb = 1.0f / std::sqrt(lnorm::Sum(ss) / (4 * H) + s.eps);
     s.rx_out[t * B + b] = rxb;
     const float ms = SumOf(4 * H, [&](int64_t j) {
-      const f8 v = LoadN(ar, j, 4 * H);
+      const fr v = LoadN(ar, j, 4 * H);
       return v * v;
     }) / (4 * H);
     const float ra = 1.0f / std::sqrt(ms + s.eps);
@@ -119,7 +117,7 @@ void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
     // ah into the saved row, and the gates from it, in one pass a gate.
     Gates(act, H, [&](int64_t k, int64_t j) {
       const int64_t off = k * H;
-      const f8 ah = LoadN(ar + off, j, H) * ra;
+      const fr ah = LoadN(ar + off, j, H) * ra;
       StoreN(ahr + off, j, H, ah);
       return LayerZ(ah, xr, rxb, p, off, j, H);
     });
@@ -143,9 +141,9 @@ void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
     const float mc = SumOf(H, [&](int64_t j) { return LoadN(cnew, j, H); }) / H;
     // Zero-padded tails would add (0 - mc)^2 per pad: mask them out.
     const float vc = SumOf(H, [&](int64_t j) {
-      f8 d = LoadN(cnew, j, H) - mc;
-      if (j + 8 > H) {
-        for (int64_t k = H - j; k < 8; ++k) d[k] = 0;
+      fr d = LoadN(cnew, j, H) - mc;
+      if (j + lnorm::kRowLanes > H) {
+        for (int64_t k = H - j; k < lnorm::kRowLanes; ++k) d[k] = 0;
       }
       return d * d;
     }) / H;
@@ -153,7 +151,7 @@ void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
     cp[H] = mc;
     cp[H + 1] = rc;
     Map(hn, H, [&](int64_t j) {
-      const f8 ch = (LoadN(cnew, j, H) - mc) * rc;
+      const fr ch = (LoadN(cnew, j, H) - mc) * rc;
       return LoadN(o, j, H) *
              lnorm::Tanh(ch * LoadN(p.gH, j, H) + LoadN(p.bH, j, H));
     });
@@ -215,7 +213,7 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
   if (norm == 0) {
     Map(tc, H, [&](int64_t j) { return lnorm::Tanh(LoadN(cnew, j, H)); });
     Map(dcnew, H, [&](int64_t j) {
-      const f8 tv = LoadN(tc, j, H);
+      const fr tv = LoadN(tc, j, H);
       return LoadN(dcr, j, H) * dc_keep +
              LoadN(dhc, j, H) * LoadN(o, j, H) * (1.0f - tv * tv);
     });
@@ -224,13 +222,13 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     // d = dcn * gH and ch * d; then dc and the gain and bias sums.
     // Zero-padded tails of dhc make dcn, hence the padded terms, 0.
     const float mc = cp[H], rc = cp[H + 1];
-    f8 m1v{}, m2v{};
-    For8(H, [&](int64_t j, auto full) {
+    fr m1v{}, m2v{};
+    ForRow(H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
-      const f8 chv = (Ld<F>(cnew, j, H) - mc) * rc;
-      const f8 tv = lnorm::Tanh(chv * Ld<F>(p.gH, j, H) + Ld<F>(p.bH, j, H));
-      const f8 dcnv = Ld<F>(dhc, j, H) * Ld<F>(o, j, H) * (1.0f - tv * tv);
-      const f8 d = dcnv * Ld<F>(p.gH, j, H);
+      const fr chv = (Ld<F>(cnew, j, H) - mc) * rc;
+      const fr tv = lnorm::Tanh(chv * Ld<F>(p.gH, j, H) + Ld<F>(p.bH, j, H));
+      const fr dcnv = Ld<F>(dhc, j, H) * Ld<F>(o, j, H) * (1.0f - tv * tv);
+      const fr d = dcnv * Ld<F>(p.gH, j, H);
       St<F>(ch, j, H, chv);
       St<F>(tc, j, H, tv);
       St<F>(dcn, j, H, dcnv);
@@ -240,10 +238,10 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     const float m1 = lnorm::Sum(m1v) / H, m2 = lnorm::Sum(m2v) / H;
     float* s_gH = srow[nsums - 2];
     float* s_bH = srow[nsums - 1];
-    For8(H, [&](int64_t j, auto full) {
+    ForRow(H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
-      const f8 dcnv = Ld<F>(dcn, j, H), chv = Ld<F>(ch, j, H);
-      const f8 d = dcnv * Ld<F>(p.gH, j, H);
+      const fr dcnv = Ld<F>(dcn, j, H), chv = Ld<F>(ch, j, H);
+      const fr d = dcnv * Ld<F>(p.gH, j, H);
       St<F>(dcnew, j, H, Ld<F>(dcr, j, H) * dc_keep + rc * ((d - m1) - chv * m2));
       St<F>(s_gH, j, H, Ld<F>(s_gH, j, H) + dcnv * chv);
       St<F>(s_bH, j, H, Ld<F>(s_bH, j, H) + dcnv);
@@ -252,11 +250,11 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
   // d(pre-activations) dz, and the bias sum. Without 'layer' dz is the
   // output d(h @ w); with it, dz goes to a scratch row for the next pass.
   float* dz = norm == 1 ? w.dz.data() : da;
-  For8(H, [&](int64_t j, auto full) {
+  ForRow(H, [&](int64_t j, auto full) {
     constexpr bool F = decltype(full)::value;
-    const f8 fv = Ld<F>(f, j, H), iv = Ld<F>(i, j, H), ov = Ld<F>(o, j, H),
+    const fr fv = Ld<F>(f, j, H), iv = Ld<F>(i, j, H), ov = Ld<F>(o, j, H),
              gv = Ld<F>(g, j, H), dcv = Ld<F>(dcnew, j, H);
-    const f8 dzk[4] = {
+    const fr dzk[4] = {
         dcv * Ld<F>(cp, j, H) * fv * (1.0f - fv),
         dcv * gv * iv * (1.0f - iv),
         Ld<F>(dhc, j, H) * Ld<F>(tc, j, H) * ov * (1.0f - ov),
@@ -273,13 +271,13 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     float* dxh = w.dxh.data();
     float* s_g4 = srow[1];
     float* s_gx = srow[2];
-    f8 mad8{}, mx8{};
-    For8(4 * H, [&](int64_t j, auto full) {
+    fr mad8{}, mx8{};
+    ForRow(4 * H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
       const int64_t n = 4 * H;
-      const f8 dzv = Ld<F>(dz, j, n), ahv = Ld<F>(ah, j, n),
+      const fr dzv = Ld<F>(dz, j, n), ahv = Ld<F>(ah, j, n),
                xwv = Ld<F>(xr, j, n);
-      const f8 d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
+      const fr d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
       St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
       St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
       St<F>(da, j, n, d);
@@ -291,7 +289,7 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     // d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
     const float mad = lnorm::Sum(mad8) / (4 * H);
     const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
-    For8(4 * H, [&](int64_t j, auto full) {
+    ForRow(4 * H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
       St<F>(da, j, 4 * H, ra * (Ld<F>(da, j, 4 * H) - Ld<F>(ah, j, 4 * H) * mad));
       St<F>(xr, j, 4 * H, rxb * (Ld<F>(dxh, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
@@ -372,7 +370,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
               Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                      gH.typed_data(), bH.typed_data()},
               rx_out, xw_keep};
-  const int64_t N = 4 * H, P = lnorm::Panels(N);
+  const int64_t N = 4 * H;
   float* packed = Scratch(lnorm::PackedSize(H, N) + B * N + B * H);
   float* a = packed + lnorm::PackedSize(H, N);
   // h_t goes to h_out at odd t and to hbuf at even: the gemm of step t + 1
@@ -382,10 +380,9 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
   lnorm::CallClock clock(fwd_times);
   lnorm::RunTeam(pool, TeamSize(pool, B, H), [&](lnorm::Team& team) {
     lnorm::Laps laps(fwd_times, team.id());
-    const int64_t p0 = team.Begin(P), p1 = team.End(P);
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
-    // Packing splits the panels; the products split (panel, row) pairs.
-    lnorm::Pack(w.typed_data(), H, N, N, packed, p0, p1);
+    // Packing splits W's rows; the products split (panel, row) pairs.
+    lnorm::Pack(w.typed_data(), H, N, N, packed, team.Begin(H), team.End(H));
     std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
     team.Sync();
     laps.Lap(0);
@@ -490,8 +487,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                      gH.typed_data(), bH.typed_data()},
               nullptr, nullptr};
   const int64_t N = 4 * H, P = lnorm::Panels(H);
-  const int64_t PN = lnorm::Panels(N),
-                KB = with_dw ? std::min(kKBlock, T * B) : 0;
+  const int64_t KB = with_dw ? std::min(kKBlock, T * B) : 0;
   float* packed = Scratch(lnorm::PackedSize(N, H) + B * H +
                           lnorm::PackedSize(KB, N) + H * KB);
   float* dhbuf = packed + lnorm::PackedSize(N, H);
@@ -549,7 +545,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       laps.Lap(4);
     }
     // dW by blocks of KB rows of the T B: each packed (the members split
-    // the panels of d(h @ w) and the rows of h^T), then added into dW, the
+    // the block's rows of d(h @ w) and the rows of h^T), then added into dW, the
     // members taking shares of its (panel, row) pairs. The order of the sums
     // is fixed: k in chunks (gemm.h) within a block, then block by block.
     const float* hp = hprev.typed_data();
@@ -558,7 +554,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     for (int64_t k0 = 0; with_dw && k0 < T * B; k0 += KB) {
       const int64_t kc = std::min(KB, T * B - k0);
       lnorm::Pack(da_all->typed_data() + k0 * N, kc, N, N, dpack,
-                  team.Begin(PN), team.End(PN));
+                  team.Begin(kc), team.End(kc));
       for (int64_t k = 0; k < kc; ++k) {
         const float* hr = hp + (k0 + k) * H;
         for (int64_t m = m0; m < m1; ++m) hT[m * kc + k] = hr[m];

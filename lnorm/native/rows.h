@@ -1,6 +1,6 @@
-// Row loops shared by the recurrent kernels (lstm_cpu.cc, gru_cpu.cc): 8-wide
-// passes over a row of n floats with a padded tail, and the split of a
-// step's rows among XLA's intra-op threads.
+// Row loops shared by the recurrent kernels (lstm_cpu.cc, gru_cpu.cc):
+// passes over a row of n floats in vectors of kRowLanes (fr, vec.h) with a
+// padded tail, and the split of a step's rows among XLA's intra-op threads.
 
 #ifndef LNORM_NATIVE_ROWS_H_
 #define LNORM_NATIVE_ROWS_H_
@@ -17,55 +17,57 @@
 
 namespace lnorm {
 
-// Stores the first n - j lanes of v at p + j (all 8 when they fit).
-inline void StoreN(float* p, int64_t j, int64_t n, f8 v) {
-  if (j + 8 <= n) {
+constexpr int64_t kL = kRowLanes;
+
+// Stores the first n - j lanes of v at p + j (all when they fit).
+inline void StoreN(float* p, int64_t j, int64_t n, fr v) {
+  if (j + kL <= n) {
     Store(p + j, v);
     return;
   }
-  float tmp[8];
+  float tmp[kL];
   Store(tmp, v);
   for (int64_t k = 0; j + k < n; ++k) p[j + k] = tmp[k];
 }
 
-// body(j, full) for the 8-wide vectors j < n, where full is
+// body(j, full) for the vectors starting at j < n, where full is
 // std::true_type for whole vectors and std::false_type for the tail, so
 // that Ld and St resolve to plain loads and stores in the main loop.
 template <typename Body>
-inline void For8(int64_t n, const Body& body) {
+inline void ForRow(int64_t n, const Body& body) {
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) body(j, std::true_type{});
+  for (; j + kL <= n; j += kL) body(j, std::true_type{});
   if (j < n) body(j, std::false_type{});
 }
 
-// out[j] = fn(j) for the 8-wide vector starting at j, for j < n; the tail
+// out[j] = fn(j) for the vector starting at j, for j < n; the tail
 // goes through a padded temporary.
 template <typename Fn>
 inline void Map(float* out, int64_t n, const Fn& fn) {
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) Store(out + j, fn(j));
+  for (; j + kL <= n; j += kL) Store(out + j, fn(j));
   if (j < n) StoreN(out, j, n, fn(j));
 }
 
-// Loads 8 floats at p + j, reading past n only into the temporary.
-inline f8 LoadN(const float* p, int64_t j, int64_t n) {
-  if (j + 8 <= n) return Load(p + j);
-  float tmp[8] = {};
+// Loads kL floats at p + j, reading past n only into the temporary.
+inline fr LoadN(const float* p, int64_t j, int64_t n) {
+  if (j + kL <= n) return Load<fr>(p + j);
+  float tmp[kL] = {};
   for (int64_t k = 0; j + k < n; ++k) tmp[k] = p[j + k];
-  return Load(tmp);
+  return Load<fr>(tmp);
 }
 
 template <bool kFull>
-inline f8 Ld(const float* p, int64_t j, int64_t n) {
+inline fr Ld(const float* p, int64_t j, int64_t n) {
   if constexpr (kFull) {
-    return Load(p + j);
+    return Load<fr>(p + j);
   } else {
     return LoadN(p, j, n);
   }
 }
 
 template <bool kFull>
-inline void St(float* p, int64_t j, int64_t n, f8 v) {
+inline void St(float* p, int64_t j, int64_t n, fr v) {
   if constexpr (kFull) {
     Store(p + j, v);
   } else {
@@ -73,11 +75,11 @@ inline void St(float* p, int64_t j, int64_t n, f8 v) {
   }
 }
 
-// sum_j fn(j) over 8-wide vectors (tails zero-padded by LoadN).
+// sum_j fn(j) over the row's vectors (tails zero-padded by LoadN).
 template <typename Fn>
 inline float SumOf(int64_t n, const Fn& fn) {
-  f8 s{};
-  for (int64_t j = 0; j < n; j += 8) s += fn(j);
+  fr s{};
+  for (int64_t j = 0; j < n; j += kL) s += fn(j);
   return lnorm::Sum(s);
 }
 

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   for (auto& x : w) x = std::rand() / static_cast<float>(RAND_MAX) - 0.5f;
   for (auto& x : a) x = std::rand() / static_cast<float>(RAND_MAX) - 0.5f;
   const int64_t P = lnorm::Panels(N);
-  lnorm::Pack(w.data(), K, N, N, packed.data(), 0, P);
+  lnorm::Pack(w.data(), K, N, N, packed.data(), 0, K);
   double best = 1e30;
   for (int round = 0; round < 5; ++round) {
     const auto t0 = std::chrono::steady_clock::now();
