@@ -89,7 +89,9 @@ constexpr int64_t kChunk = 64;
 // R rows of C (ldc apart) x V panels from A's rows (lda apart); ncols: the
 // columns of C these panels hold (fewer than V kLanes at the right edge).
 // kAdd: C += the product (its sum over k added to C's value last).
-template <int64_t R, int64_t V, bool kAdd = false>
+// kAT: A is given as A^T (K x M, rows lda apart), A[r, k] = a[k lda + r]
+// (the W_h gradient's h_{t-1}, read as it lies); the same sums.
+template <int64_t R, int64_t V, bool kAdd = false, bool kAT = false>
 inline void Tile(const float* a, int64_t lda, const float* panel, int64_t K,
                  float* c, int64_t ldc, int64_t ncols) {
   // The chunks' sums live in memory (L1), not in registers, which the
@@ -104,7 +106,7 @@ inline void Tile(const float* a, int64_t lda, const float* panel, int64_t K,
       fw w[V];
       for (int64_t v = 0; v < V; ++v) w[v] = LoadW(panel + (v * K + k) * kLanes);
       for (int64_t r = 0; r < R; ++r) {
-        const float ar = a[r * lda + k];
+        const float ar = kAT ? a[k * lda + r] : a[r * lda + k];
         for (int64_t v = 0; v < V; ++v) acc[r][v] += ar * w[v];
       }
     }
@@ -130,44 +132,51 @@ inline void Tile(const float* a, int64_t lda, const float* panel, int64_t K,
   }
 }
 
+// A's row r (A^T's column, with kAT).
+template <bool kAT>
+inline const float* RowOf(const float* a, int64_t lda, int64_t r) {
+  return kAT ? a + r : a + r * lda;
+}
+
 // Rows [0, M) of C x V panels from p: a block of rows at a time, so that
 // the panels (V K kLanes floats) stay in cache for all of them.
-template <int64_t V, bool kAdd = false>
+template <int64_t V, bool kAdd = false, bool kAT = false>
 inline void TileColumn(const float* a, int64_t M, int64_t K, int64_t lda,
                        const float* panel, float* c, int64_t ldc,
                        int64_t ncols) {
   int64_t m = 0;
   for (; m + kRows <= M; m += kRows) {
-    Tile<kRows, V, kAdd>(a + m * lda, lda, panel, K, c + m * ldc, ldc, ncols);
+    Tile<kRows, V, kAdd, kAT>(RowOf<kAT>(a, lda, m), lda, panel, K,
+                              c + m * ldc, ldc, ncols);
   }
-  const float* am = a + m * lda;
+  const float* am = RowOf<kAT>(a, lda, m);
   float* cm = c + m * ldc;
   switch (M - m) {
     case 0: break;
-    case 1: Tile<1, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 2: Tile<2, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 3: Tile<3, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 4: Tile<4, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 5: Tile<5, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
-    case 6: Tile<6, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
-    default: Tile<7, V, kAdd>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 1: Tile<1, V, kAdd, kAT>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 2: Tile<2, V, kAdd, kAT>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 3: Tile<3, V, kAdd, kAT>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 4: Tile<4, V, kAdd, kAT>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 5: Tile<5, V, kAdd, kAT>(am, lda, panel, K, cm, ldc, ncols); break;
+    case 6: Tile<6, V, kAdd, kAT>(am, lda, panel, K, cm, ldc, ncols); break;
+    default: Tile<7, V, kAdd, kAT>(am, lda, panel, K, cm, ldc, ncols); break;
   }
 }
 
-// C[:, panels p0..p1) = A (M x K, rows lda apart) @ packed W (K x N), or
-// with kAdd C += it; C's rows ldc apart. Two panels at a time: 2 kRows
-// accumulators.
-template <bool kAdd = false>
+// C[:, panels p0..p1) = A (M x K, rows lda apart; with kAT given as A^T)
+// @ packed W (K x N), or with kAdd C += it; C's rows ldc apart. Two panels
+// at a time: 2 kRows accumulators.
+template <bool kAdd = false, bool kAT = false>
 inline void GemmPanels(const float* a, int64_t M, int64_t K, int64_t lda,
                        const float* packed, int64_t N, float* c, int64_t ldc,
                        int64_t p0, int64_t p1) {
   int64_t p = p0;
   for (; p + 2 <= p1; p += 2) {
-    TileColumn<2, kAdd>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
+    TileColumn<2, kAdd, kAT>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
                   std::min(2 * kLanes, N - p * kLanes));
   }
   if (p < p1) {
-    TileColumn<1, kAdd>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
+    TileColumn<1, kAdd, kAT>(a, M, K, lda, packed + p * K * kLanes, c + p * kLanes, ldc,
                   std::min(kLanes, N - p * kLanes));
   }
 }
@@ -192,16 +201,17 @@ inline void ForShare(int64_t P, int64_t M, int64_t u, int64_t n, const Fn& fn) {
   if (rb > 0) fn(pb, pb + 1, int64_t{0}, rb);
 }
 
-// Share u of n of C = A @ W (C += it with kAdd), W packed: ForShare's
-// blocks, each the product of its rows of A and its panels.
-template <bool kAdd = false>
+// Share u of n of C = A @ W (C += it with kAdd; A given as A^T with kAT),
+// W packed: ForShare's blocks, each the product of its rows of A and its
+// panels.
+template <bool kAdd = false, bool kAT = false>
 inline void GemmShare(const float* a, int64_t M, int64_t K, int64_t lda,
                       const float* packed, int64_t N, float* c, int64_t ldc,
                       int64_t u, int64_t n) {
   ForShare(Panels(N), M, u, n,
            [&](int64_t q0, int64_t q1, int64_t r0, int64_t r1) {
-    GemmPanels<kAdd>(a + r0 * lda, r1 - r0, K, lda, packed, N, c + r0 * ldc,
-                     ldc, q0, q1);
+    GemmPanels<kAdd, kAT>(RowOf<kAT>(a, lda, r0), r1 - r0, K, lda, packed, N,
+                          c + r0 * ldc, ldc, q0, q1);
   });
 }
 

@@ -172,8 +172,8 @@ void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
 struct BwdScratch {
   explicit BwdScratch(int64_t H, bool layer)
       : cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
-        dz(layer ? 4 * H : 0), dxh(layer ? 4 * H : 0), gates(layer ? 4 * H : 0) {}
-  std::vector<float> cnew, tc, ch, dcn, dcnew, dhc, dz, dxh, gates;
+        dz(layer ? 4 * H : 0), gates(layer ? 4 * H : 0) {}
+  std::vector<float> cnew, tc, ch, dcn, dcnew, dhc, dz, gates;
 };
 
 // Row b of backward step t, from the carries' cotangents dcr and dhr (dc_t,
@@ -265,10 +265,9 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     }
   });
   if (norm == 1) {
-    // The gain sums, d xh = dz gx into d xw's row and dz g4 into d(h @ w)'s,
-    // and the sums of ah dz g4 and of xw dz gx that the two norms' backward
-    // needs (padded tails add 0: dz is 0 there).
-    float* dxh = w.dxh.data();
+    // The gain sums, and the sums of ah dz g4 and of xw dz gx that the two
+    // norms' backward needs (padded tails add 0: dz is 0 there). d xh = dz gx
+    // and dz g4 are formed again in the next pass rather than stored.
     float* s_g4 = srow[1];
     float* s_gx = srow[2];
     fr mad8{}, mx8{};
@@ -280,19 +279,19 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
       const fr d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
       St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
       St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
-      St<F>(da, j, n, d);
-      St<F>(dxh, j, n, dxhv);
       mad8 += ahv * d;
       mx8 += dxhv * xwv;
     });
-    // The two layer norms' backward: da from dz g4 and ah; d xw from
-    // d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
+    // The two layer norms' backward: da from dz g4 and ah; d xw, over xw's
+    // row, from d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
     const float mad = lnorm::Sum(mad8) / (4 * H);
     const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
     ForRow(4 * H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
-      St<F>(da, j, 4 * H, ra * (Ld<F>(da, j, 4 * H) - Ld<F>(ah, j, 4 * H) * mad));
-      St<F>(xr, j, 4 * H, rxb * (Ld<F>(dxh, j, 4 * H) - Ld<F>(xr, j, 4 * H) * mx));
+      const int64_t n = 4 * H;
+      const fr dzv = Ld<F>(dz, j, n);
+      St<F>(da, j, n, ra * (dzv * Ld<F>(p.g4, j, n) - Ld<F>(ah, j, n) * mad));
+      St<F>(xr, j, n, rxb * (dzv * Ld<F>(p.gx, j, n) - Ld<F>(xr, j, n) * mx));
     });
   }
   for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
@@ -312,8 +311,8 @@ lnorm::PhaseTimes fwd_times("lstm fwd", {"pack", "gemm", "wait after gemm",
 lnorm::PhaseTimes bwd_times("lstm bwd", {"pack", "rows", "wait after rows",
                                          "gemm", "wait after gemm", "dW"});
 
-// Rows of the T B that the W_h gradient's product takes at a time (packed,
-// with their h_{t-1}^T, into scratch), its sums added into dW block by block.
+// Rows of the T B that the W_h gradient's product takes at a time (d(h @ w)
+// packed into scratch), its sums added into dW block by block.
 constexpr int64_t kKBlock = 1024;
 
 // Threads for a call: a step's work must outweigh the barriers between its
@@ -489,10 +488,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   const int64_t N = 4 * H, P = lnorm::Panels(H);
   const int64_t KB = with_dw ? std::min(kKBlock, T * B) : 0;
   float* packed = Scratch(lnorm::PackedSize(N, H) + B * H +
-                          lnorm::PackedSize(KB, N) + H * KB);
+                          lnorm::PackedSize(KB, N));
   float* dhbuf = packed + lnorm::PackedSize(N, H);
   float* dpack = dhbuf + B * H;                   // a block of d(h @ w), packed
-  float* hT = dpack + lnorm::PackedSize(KB, N);   // the block's h_{t-1}^T
   float* dcc = dc_out->typed_data();
   lnorm::CallClock clock(bwd_times);
   lnorm::RunTeam(pool, TeamSize(pool, B, H), [&](lnorm::Team& team) {
@@ -544,27 +542,24 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       team.Sync();
       laps.Lap(4);
     }
-    // dW by blocks of KB rows of the T B: each packed (the members split
-    // the block's rows of d(h @ w) and the rows of h^T), then added into dW, the
-    // members taking shares of its (panel, row) pairs. The order of the sums
-    // is fixed: k in chunks (gemm.h) within a block, then block by block.
+    // dW by blocks of KB rows of the T B: each block of d(h @ w) packed (the
+    // members split its rows), then added into dW, the members taking
+    // shares of its (panel, row) pairs, with h_{t-1} read as it lies (as
+    // h^T's transpose). The order of the sums is fixed: k in chunks
+    // (gemm.h) within a block, then block by block.
     const float* hp = hprev.typed_data();
     float* dw = dw_out->typed_data();
-    const int64_t m0 = team.Begin(H), m1 = team.End(H);
     for (int64_t k0 = 0; with_dw && k0 < T * B; k0 += KB) {
       const int64_t kc = std::min(KB, T * B - k0);
       lnorm::Pack(da_all->typed_data() + k0 * N, kc, N, N, dpack,
                   team.Begin(kc), team.End(kc));
-      for (int64_t k = 0; k < kc; ++k) {
-        const float* hr = hp + (k0 + k) * H;
-        for (int64_t m = m0; m < m1; ++m) hT[m * kc + k] = hr[m];
-      }
       team.Sync();
       if (k0 == 0) {
-        lnorm::GemmShare(hT, H, kc, kc, dpack, N, dw, N, team.id(), team.size());
+        lnorm::GemmShare<false, true>(hp + k0 * H, H, kc, H, dpack, N, dw, N,
+                                      team.id(), team.size());
       } else {
-        lnorm::GemmShare<true>(hT, H, kc, kc, dpack, N, dw, N, team.id(),
-                               team.size());
+        lnorm::GemmShare<true, true>(hp + k0 * H, H, kc, H, dpack, N, dw, N,
+                                     team.id(), team.size());
       }
       team.Sync();
     }
