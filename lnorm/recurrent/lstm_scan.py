@@ -111,9 +111,11 @@ _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
 
 # Up to this many T * B rows the backward kernel forms the W_h gradient
 # itself, where XLA's matmul after the kernel at times took twice its time
-# alone; from B = 16 at T = 100, XLA's is 5% faster (BENCHMARKS.md, "The W_h
-# gradient in the backward kernel").
-DW_IN_KERNEL_MAX_ROWS = 1024
+# alone. At T = 100 the kernel's was as fast or faster at B = 16 and 32 in 14
+# of 16 readings (0.85-1.03x XLA's, one 1.11) and even at B = 64, where XLA's
+# keeps h_{t-1} out of the kernel's live buffers (scripts/bench/lstm_dw_limit.py;
+# BENCHMARKS.md, "The parts script's shapes, and 16-float rows").
+DW_IN_KERNEL_MAX_ROWS = 4096
 
 
 def _col(a_TxB: Array | None) -> Array | None:

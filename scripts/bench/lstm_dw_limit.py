@@ -1,0 +1,63 @@
+"""Where the LSTM's W_h gradient should be formed: in the backward kernel or by XLA.
+
+Usage::
+
+    python -m scripts.bench.lstm_dw_limit [--batches 8,16,32,64] [--repeats 15]
+
+At T=100, H=400, I=3 (``scripts.bench.rnn``'s ``short`` at each B), it
+compiles each LSTM's training step twice, with
+``lnorm.recurrent.lstm_scan.DW_IN_KERNEL_MAX_ROWS`` at 0 (dW by one XLA
+matmul after the backward kernel) and unlimited (the kernel's), and times
+the four steps interleaved in this one process (``scripts.bench.timing``).
+Prints the medians in ms and kernel / XLA for each norm.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from lnorm.recurrent import lstm_scan
+from scripts.bench import rnn as bench_rnn
+from scripts.bench import timing as bench_timing
+
+NAMES = ("LSTM(none)", "LSTM(layer)")
+LIMITS = {"XLA's dW": 0, "kernel's dW": 2**62}
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--batches", default="8,16,32,64")
+  ap.add_argument("--repeats", type=int, default=15)
+  ap.add_argument("--sample-ms", type=float, default=50.0)
+  args = ap.parse_args(argv)
+  kept = lstm_scan.DW_IN_KERNEL_MAX_ROWS
+  print("| B | T B rows | step | XLA's dW (ms) | kernel's dW (ms) | kernel / XLA |")
+  print("|---:|---:|---|---:|---:|---:|")
+  for B in (int(b) for b in args.batches.split(",")):
+    shape = (100, B, 400, 3, 1)
+    x, dy = bench_rnn.batch_inputs(shape)
+    runs = {}
+    try:
+      for label, limit in LIMITS.items():
+        # The limit is read when the step is traced: set it, then compile.
+        lstm_scan.DW_IN_KERNEL_MAX_ROWS = limit
+        cands, _, _ = bench_rnn.jax_candidates(list(NAMES), shape, x, dy, 0)
+        for name, (run, _, _) in cands.items():
+          run()
+          runs[(name, label)] = run
+    finally:
+      lstm_scan.DW_IN_KERNEL_MAX_ROWS = kept
+    samples = bench_timing.interleaved_samples(runs, args.repeats,
+                                               args.sample_ms * 1e-3)
+    ms = {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
+    for name in NAMES:
+      xla, kernel = ms[(name, "XLA's dW")], ms[(name, "kernel's dW")]
+      print(f"| {B} | {100 * B} | {name} | {xla:.2f} | {kernel:.2f} | {kernel / xla:.2f} |")
+  print(f"(kept limit: {kept} rows)")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
