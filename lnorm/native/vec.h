@@ -23,12 +23,10 @@ namespace lnorm {
 template <int N>
 struct Lanes {
   typedef float f __attribute__((vector_size(4 * N)));
-  typedef int32_t i __attribute__((vector_size(4 * N)));
   typedef uint32_t u __attribute__((vector_size(4 * N)));
 };
 
 typedef Lanes<8>::f f8;
-typedef Lanes<8>::i i8;
 
 #if defined(__AVX512F__)
 constexpr int64_t kRowLanes = 16;
@@ -66,7 +64,9 @@ inline float Sum(Lanes<16>::f v) {
 template <typename V, typename M>
 inline V Select(M mask, V a, V b) { return mask ? a : b; }
 
-// a < b ? a : b and a > b ? a : b, lane by lane: b where either is NaN.
+// a < b ? a : b and a > b ? a : b, lane by lane: b where either is NaN, as
+// minps and maxps compute them. Spelled as intrinsics: for Exp's clamps GCC
+// emits the plain select as a compare and a blend.
 template <typename V>
 inline V Min(V a, V b) {
 #if defined(__AVX512F__)
