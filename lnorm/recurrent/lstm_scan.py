@@ -111,9 +111,9 @@ _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
 
 # Up to this many T * B rows the backward kernel forms the W_h gradient
 # itself, where XLA's matmul after the kernel at times took twice its time
-# alone. At T = 100 the kernel's was as fast or faster at B = 16 and 32 in 14
-# of 16 readings (0.85-1.03x XLA's, one 1.11) and even at B = 64, where XLA's
-# keeps h_{t-1} out of the kernel's live buffers (scripts/bench/lstm_dw_limit.py;
+# alone. At T = 100 the kernel's was 0.85-1.11x XLA's at B = 16 and 32 (6 of
+# 8 readings at or under 1.0) and even at B = 64, where XLA's keeps h_{t-1}
+# out of the kernel's live buffers (scripts/bench/lstm_dw_limit.py;
 # BENCHMARKS.md, "The parts script's shapes, and 16-float rows").
 DW_IN_KERNEL_MAX_ROWS = 4096
 

@@ -26,16 +26,27 @@ NAMES = ("LSTM(none)", "LSTM(layer)")
 LIMITS = {"XLA's dW": 0, "kernel's dW": 2**62}
 
 
+def _batches(text: str) -> list[int]:
+  try:
+    batches = [int(b) for b in text.split(",")]
+  except ValueError:
+    batches = []
+  if not batches or min(batches) < 1:
+    raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers, e.g. 8,16")
+  return batches
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--batches", default="8,16,32,64")
+  ap.add_argument("--batches", default=[8, 16, 32, 64], type=_batches,
+                  help="comma-separated batch sizes (default 8,16,32,64)")
   ap.add_argument("--repeats", type=int, default=15)
   ap.add_argument("--sample-ms", type=float, default=50.0)
   args = ap.parse_args(argv)
   kept = lstm_scan.DW_IN_KERNEL_MAX_ROWS
   print("| B | T B rows | step | XLA's dW (ms) | kernel's dW (ms) | kernel / XLA |")
   print("|---:|---:|---|---:|---:|---:|")
-  for B in (int(b) for b in args.batches.split(",")):
+  for B in args.batches:
     shape = (100, B, 400, 3, 1)
     x, dy = bench_rnn.batch_inputs(shape)
     runs = {}
