@@ -435,3 +435,21 @@ def test_lstm_float32_with_x64_enabled():
       lstm64 = R.LSTM(H, norm=norm, param_dtype=jnp.float64)
       assert lstm64.apply(lstm64.init(jax.random.key(0), x), x).dtype == \
           jnp.float64
+
+
+@pytest.mark.parametrize('inputs_n', [1, 3, 4, 5, 8])
+def test_proj_matches_float64(inputs_n):
+  """``proj`` (x @ k; as broadcast products up to SMALL_INPUTS inputs, a
+  dot beyond) and its gradients against float64 numpy."""
+  assert lstm_scan.SMALL_INPUTS in (3, 4, 5, 6, 7)  # both paths covered
+  rng = np.random.default_rng(inputs_n)
+  x = rng.standard_normal((5, 3, inputs_n)).astype(np.float32)
+  k = rng.standard_normal((inputs_n, 12)).astype(np.float32)
+  d = rng.standard_normal((5, 3, 12)).astype(np.float32)
+  y, vjp = jax.vjp(lstm_scan.proj, jnp.asarray(x), jnp.asarray(k))
+  dx, dk = vjp(jnp.asarray(d))
+  x64, k64, d64 = (a.astype(np.float64) for a in (x, k, d))
+  np.testing.assert_allclose(y, x64 @ k64, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(dx, d64 @ k64.T, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(dk, np.einsum('tbi,tbf->if', x64, d64),
+                             rtol=1e-5, atol=1e-5)
