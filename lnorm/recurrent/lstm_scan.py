@@ -413,33 +413,15 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
 lstm_scan.defvjp(_lstm_scan_fwd, _lstm_scan_bwd)
 
 
-# Up to this many inputs, a float32 x @ k is formed as I broadcast products
-# added in one fused pass: at I = 3 (the handwriting model's pen offsets) XLA:CPU's
-# dot took 0.1-0.2 ms longer inside the LSTM's training step at B = 8 and
-# 2 ms at B = 64 (T = 100, H = 400); at I = 8 the two were even, at I = 32
-# the dot was faster (BENCHMARKS.md, "The input projection at I = 3").
-SMALL_INPUTS = 4
-
-
-def _x_at_k(x_TxBxI: Array, k_IxF: Array) -> Array:
-  I = x_TxBxI.shape[-1]
-  if 0 < I <= SMALL_INPUTS and x_TxBxI.dtype == k_IxF.dtype == jnp.float32:
-    k_IxF = k_IxF.reshape((I,) + (1,) * (x_TxBxI.ndim - 1) + k_IxF.shape[-1:])
-    return functools.reduce(
-        lambda acc, i: acc + x_TxBxI[..., i:i + 1] * k_IxF[i],
-        range(1, I), x_TxBxI[..., 0:1] * k_IxF[0])
-  return x_TxBxI @ k_IxF
-
-
 @jax.custom_vjp
 def proj(x_TxBxI: Array, k_IxF: Array) -> Array:
   """``x @ k``. Its backward takes dk as one matmul of row-major operands;
   under autodiff's version XLA writes d(x @ k), (T, B, F), transposed first."""
-  return _x_at_k(x_TxBxI, k_IxF)
+  return x_TxBxI @ k_IxF
 
 
 def _proj_fwd(x_TxBxI, k_IxF):
-  return _x_at_k(x_TxBxI, k_IxF), (x_TxBxI, k_IxF)
+  return x_TxBxI @ k_IxF, (x_TxBxI, k_IxF)
 
 
 def _proj_bwd(res, d_TxBxF):
