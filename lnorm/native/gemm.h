@@ -44,40 +44,23 @@ inline int64_t PackedSize(int64_t K, int64_t N) {
   return Panels(N) * kLanes * K;
 }
 
-// The mean of n floats, summed in kLanes lanes (then across them, in lane
-// order): the same order for a row wherever it is taken.
-inline float RowMean(const float* x, int64_t n) {
-  fw acc{};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) acc += LoadW(x + j);
-  float tail = 0.0f;
-  for (; j < n; ++j) tail += x[j];
-  float sum = 0.0f;
-  for (int64_t c = 0; c < kLanes; ++c) sum += acc[c];
-  return (sum + tail) / static_cast<float>(n);
-}
-
 // Packs rows [k0, k1) of W (K x N, row-major, rows ldw apart) into every
 // panel: out[(p K + k) kLanes + c] = W[k, p kLanes + c], zero past column N.
-// kCenter: W's rows less their means (RowMean), that is center(W).
 // A team splits the rows: each member reads its rows of W in order (a
 // split by panels would read down columns, a page apart at a time).
-template <bool kCenter = false>
 inline void Pack(const float* w, int64_t K, int64_t N, int64_t ldw,
                  float* out, int64_t k0, int64_t k1) {
   const int64_t P = Panels(N), full = N / kLanes;
   for (int64_t k = k0; k < k1; ++k) {
     const float* wk = w + k * ldw;
-    const float mean = kCenter ? RowMean(wk, N) : 0.0f;
     for (int64_t p = 0; p < full; ++p) {
-      fw v = LoadW(wk + p * kLanes);
-      if constexpr (kCenter) v -= mean;
-      std::memcpy(out + (p * K + k) * kLanes, &v, sizeof v);
+      std::memcpy(out + (p * K + k) * kLanes, wk + p * kLanes,
+                  kLanes * sizeof(float));
     }
     if (full < P) {
       float* o = out + (full * K + k) * kLanes;
       const int64_t nc = N - full * kLanes;
-      for (int64_t c = 0; c < nc; ++c) o[c] = wk[full * kLanes + c] - mean;
+      std::memcpy(o, wk + full * kLanes, nc * sizeof(float));
       for (int64_t c = nc; c < kLanes; ++c) o[c] = 0.0f;
     }
   }
@@ -85,34 +68,15 @@ inline void Pack(const float* w, int64_t K, int64_t N, int64_t ldw,
 
 // Packs panels [p0, p1) of W^T, K x N, from W (N x K, row-major, rows ldw
 // apart): a panel is kLanes rows of W, which stay in cache while read across.
-// kCenter: of center(W), W's rows less their means (RowMean), as Pack's.
-template <bool kCenter = false>
 inline void PackTransposed(const float* w, int64_t K, int64_t N, int64_t ldw,
                            float* out, int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n0 = p * kLanes, nc = std::min(kLanes, N - n0);
-    float mean[kLanes] = {};
-    if constexpr (kCenter) {
-      for (int64_t c = 0; c < nc; ++c) mean[c] = RowMean(w + (n0 + c) * ldw, K);
-    }
     float* o = out + p * K * kLanes;
     for (int64_t k = 0; k < K; ++k) {
-      for (int64_t c = 0; c < nc; ++c) {
-        o[k * kLanes + c] = w[(n0 + c) * ldw + k] - mean[c];
-      }
+      for (int64_t c = 0; c < nc; ++c) o[k * kLanes + c] = w[(n0 + c) * ldw + k];
       for (int64_t c = nc; c < kLanes; ++c) o[k * kLanes + c] = 0.0f;
     }
-  }
-}
-
-// Rows [r0, r1) of X (rows ldx apart, n columns) less their means (RowMean):
-// center(X) in place.
-inline void CenterRows(float* x, int64_t n, int64_t ldx, int64_t r0,
-                       int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    float* xr = x + r * ldx;
-    const float mean = RowMean(xr, n);
-    for (int64_t j = 0; j < n; ++j) xr[j] -= mean;
   }
 }
 

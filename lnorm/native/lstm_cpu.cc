@@ -15,10 +15,7 @@
 // 'layer' the forward computes rx, 1/sigma of each row of the input
 // projection xw, and writes it out with a copy of xw, which the backward
 // turns into d xw in place: XLA would otherwise copy xw for the backward
-// and reduce it for rx, two more passes over the largest array. 'layer''s
-// W_h arrives as the parameter, which the kernels centre as they pack it
-// (and centre the dW they form): in XLA, two passes over W_h forward and
-// two over dW back.
+// and reduce it for rx, two more passes over the largest array.
 
 #include <algorithm>
 #include <cmath>
@@ -384,13 +381,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
     lnorm::Laps laps(fwd_times, team.id());
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
     // Packing splits W's rows; the products split (panel, row) pairs.
-    // 'layer' packs center(W) (LN(h @ W) = RMSNorm(h @ center(W))).
-    if (norm == 1) {
-      lnorm::Pack<true>(w.typed_data(), H, N, N, packed, team.Begin(H),
-                        team.End(H));
-    } else {
-      lnorm::Pack(w.typed_data(), H, N, N, packed, team.Begin(H), team.End(H));
-    }
+    lnorm::Pack(w.typed_data(), H, N, N, packed, team.Begin(H), team.End(H));
     std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
     team.Sync();
     laps.Lap(0);
@@ -506,11 +497,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     lnorm::Laps laps(bwd_times, team.id());
     const int64_t p0 = team.Begin(P), p1 = team.End(P);
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
-    if (norm == 1) {  // center(W)^T, as the forward's
-      lnorm::PackTransposed<true>(w.typed_data(), N, H, N, packed, p0, p1);
-    } else {
-      lnorm::PackTransposed(w.typed_data(), N, H, N, packed, p0, p1);
-    }
+    lnorm::PackTransposed(w.typed_data(), N, H, N, packed, p0, p1);
     // This chunk's row of each sum (row b0: distinct among the threads
     // that have rows): 4H wide (the bias, and for 'layer' the gains of
     // eq. 20), then H (the c-side gain and bias).
@@ -575,10 +562,6 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                                      team.id(), team.size());
       }
       team.Sync();
-    }
-    // 'layer''s W was centred: the gradient of W is center(dW).
-    if (with_dw && norm == 1) {
-      lnorm::CenterRows(dw, N, N, team.Begin(H), team.End(H));
     }
     laps.Lap(5);
   });

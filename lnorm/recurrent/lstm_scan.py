@@ -12,10 +12,7 @@ behind each choice:
   input side.
 * LN(v @ k) = RMSNorm(v @ center(k)) exactly: the row mean of v @ k is v
   times the row means of k. The LNs then need one reduction per row
-  instead of two, forward and backward. ``lstm_scan`` takes W_h as it is
-  and centres it itself: on CPU the native kernels do so as they pack it,
-  and centre the W_h gradient they form (the gradient of center(w) being
-  center(dw)), where XLA took two passes over W_h each way.
+  instead of two, forward and backward.
 * The backward pass is a hand-written scan (``lstm_scan``) that does per
   step only what is sequential; the W_h gradient is one matmul after it,
   and the gain and bias gradients are summed in its carry.
@@ -184,8 +181,6 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
   def xla_scan(xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH,
                m_TxB):
     rx_TxB = _input_rx(norm, xw_TxBx4H, eps)
-    if norm == 'layer':
-      w_Hx4H = center(w_Hx4H)
 
     def step(carry, inp):
       c_BxH, h_BxH = carry
@@ -239,7 +234,7 @@ def lstm_scan(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H,
   """LSTM over time from the projected inputs; returns (y, c_T, h_T).
 
   Pre-activations: ``h @ w`` (layer-normalized without bias, gain ``g_4H``,
-  for 'layer', as RMSNorm(h @ center(w))) + ``xw``'s own x-side term (for
+  for 'layer', where ``w`` is centred) + ``xw``'s own x-side term (for
   'layer' RMS-normalized, ``xw`` coming from a centred kernel, with gain
   ``gx``) + ``b``. 'layer' and 'layer_c' normalize c_t with ``g_H``,
   ``b_H``. ``m_TxB``: the mask, or None.
@@ -323,9 +318,6 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     return dc_prev, da_Bx4H, outs, sums
 
   n_outs = 1 if norm == 'layer' else 0
-  # The gradient of w from that of the w the steps used (center(w) for
-  # 'layer': the gradient of center(w) is center(dw)).
-  _dw = center if norm == 'layer' else (lambda dw: dw)
   sums0 = tuple(jnp.zeros((B, n), dy_TxBxH.dtype) for n in sum_sizes)
 
   # Both scans return (dc_0, dh_0, sums, d xw, dW); d xw is d(h @ w) but
@@ -334,8 +326,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
                gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
     # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
     # transposed-operand kernel is slower for these shapes.
-    wt_4HxH = jax.lax.optimization_barrier(
-        (center(w_Hx4H) if norm == 'layer' else w_Hx4H).T)
+    wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
 
     def step(carry, inp):
       dc_BxH, dh_BxH, sums = carry
@@ -361,7 +352,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       rx_TxBx1 = rx_TxB[..., None]
       xh, dxh = xw_TxBx4H * rx_TxBx1, dxw
       dxw = rx_TxBx1 * (dxh - xh * _mean(xh * dxh))
-    return dc0, dh0, sums, dxw, _dw(sum_outer(h_prev, outs[-1]))
+    return dc0, dh0, sums, dxw, sum_outer(h_prev, outs[-1])
 
   def native_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
                   gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
@@ -386,7 +377,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
             norm=np.int32(_NORM_CODE[norm]),
             masked=np.int32(masked))
     if not fuse_dw:
-      dw = _dw(sum_outer(h_prev, da))
+      dw = sum_outer(h_prev, da)
     return dc0, dh0, rest[n_outs:], (rest[0] if n_outs else da), dw
 
   if masked:
