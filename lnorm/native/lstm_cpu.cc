@@ -270,7 +270,7 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     // and dz g4 are formed again in the next pass rather than stored.
     float* s_g4 = srow[1];
     float* s_gx = srow[2];
-    fr mad8{}, mx8{};
+    fr md8{}, mad8{}, mx8{};
     ForRow(4 * H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
       const int64_t n = 4 * H;
@@ -279,18 +279,23 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
       const fr d = dzv * Ld<F>(p.g4, j, n), dxhv = dzv * Ld<F>(p.gx, j, n);
       St<F>(s_g4, j, n, Ld<F>(s_g4, j, n) + dzv * ahv);
       St<F>(s_gx, j, n, Ld<F>(s_gx, j, n) + dzv * (xwv * rxb));
+      md8 += d;
       mad8 += ahv * d;
       mx8 += dxhv * xwv;
     });
-    // The two layer norms' backward: da from dz g4 and ah; d xw, over xw's
-    // row, from d xh = dz gx and xh = xw rx, where mean(xh d xh) xh = mx xw.
+    // The two layer norms' backward: da from d = dz g4 and ah, with the
+    // mean(d) term, so that dW = h^T da has zero row means as it is (no
+    // projection after the kernel); d xw, over xw's row, from d xh = dz gx
+    // and xh = xw rx, where mean(xh d xh) xh = mx xw.
+    const float md = lnorm::Sum(md8) / (4 * H);
     const float mad = lnorm::Sum(mad8) / (4 * H);
     const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
     ForRow(4 * H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
       const int64_t n = 4 * H;
       const fr dzv = Ld<F>(dz, j, n);
-      St<F>(da, j, n, ra * (dzv * Ld<F>(p.g4, j, n) - Ld<F>(ah, j, n) * mad));
+      St<F>(da, j, n,
+            ra * ((dzv * Ld<F>(p.g4, j, n) - md) - Ld<F>(ah, j, n) * mad));
       St<F>(xr, j, n, rxb * (dzv * Ld<F>(p.gx, j, n) - Ld<F>(xr, j, n) * mx));
     });
   }

@@ -97,9 +97,9 @@ class LSTM(nn.Module):
     x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H = promote_dtype(
         x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H, dtype=self.dtype)
     # For 'layer', LN(x @ k_x) = RMSNorm(x @ center(k_x)), which the scans
-    # form row by row, so that xw is the only (T, B, 4H) array.
+    # form row by row, so that xw is the only (T, B, 4H) array. (lstm_scan
+    # centres k_h itself.)
     if self.norm == 'layer':
-      k_h = center(k_h)
       xw_TxBx4H = proj(x_TxBxI, center(k_x))
     else:
       xw_TxBx4H = proj(x_TxBxI, k_x)

@@ -11,8 +11,10 @@ behind each choice:
   and the steps normalize their row: xw is the only (T, B, 4H) array of the
   input side.
 * LN(v @ k) = RMSNorm(v @ center(k)) exactly: the row mean of v @ k is v
-  times the row means of k. The LNs then need one reduction per row
-  instead of two, forward and backward.
+  times the row means of k. The forward's LNs then need one reduction per
+  row instead of two. The backward of LN(h @ W_h) keeps its mean term, so
+  that the W_h gradient comes out with zero row means, the gradient of W_h
+  itself: no projection (a pass over W_h) after it.
 * The backward pass is a hand-written scan (``lstm_scan``) that does per
   step only what is sequential; the W_h gradient is one matmul after it,
   and the gain and bias gradients are summed in its carry.
@@ -234,7 +236,7 @@ def lstm_scan(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H,
   """LSTM over time from the projected inputs; returns (y, c_T, h_T).
 
   Pre-activations: ``h @ w`` (layer-normalized without bias, gain ``g_4H``,
-  for 'layer', where ``w`` is centred) + ``xw``'s own x-side term (for
+  for 'layer', as ``h @ center(w)``) + ``xw``'s own x-side term (for
   'layer' RMS-normalized, ``xw`` coming from a centred kernel, with gain
   ``gx``) + ``b``. 'layer' and 'layer_c' normalize c_t with ``g_H``,
   ``b_H``. ``m_TxB``: the mask, or None.
@@ -245,6 +247,8 @@ def lstm_scan(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H,
 
 def _lstm_scan_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
                    w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
+  if norm == 'layer':
+    w_Hx4H = center(w_Hx4H)
   out, saved, rx_TxB, xw_TxBx4H = _lstm_fwd(
       norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
       g_H, b_H, c0_BxH, h0_BxH, m_TxB)
@@ -306,7 +310,9 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       xh_Bx4H = xw_Bx4H * rx_Bx1
       terms = [dz_Bx4H * ah_Bx4H, dz_Bx4H * xh_Bx4H] + terms
       d_Bx4H = dz_Bx4H * g_4H[None]
-      da_Bx4H = ra_Bx1 * (d_Bx4H - ah_Bx4H * _mean(ah_Bx4H * d_Bx4H))
+      # With the mean(d) term: dW = h^T da needs no projection (see top).
+      m_Bx2x1 = _mean(jnp.stack([d_Bx4H, ah_Bx4H * d_Bx4H], 1))
+      da_Bx4H = ra_Bx1 * (d_Bx4H - m_Bx2x1[:, 0] - ah_Bx4H * m_Bx2x1[:, 1])
       outs = (dxh_Bx4H,)  # xla_scan finishes d xw after the loop
     else:
       da_Bx4H = dz_Bx4H
