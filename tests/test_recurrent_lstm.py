@@ -140,16 +140,21 @@ def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
 # tiles and a tail) with B * H >= 1024, from which a team of threads splits
 # the products' columns and the batch's rows; 257: an odd number of panels.
 # The W_h gradient is formed in the backward kernel up to
-# DW_IN_KERNEL_MAX_ROWS of T B, by XLA after it with the limit at 0.
-# (B, H, T, limit or None for the default).
-NATIVE_SIZES = [(len(LENGTHS), H, T, None), (1, 13, T, None),
-                (11, 100, T, None), (11, 100, T, 0),
-                pytest.param((len(LENGTHS), 257, T, None), marks=pytest.mark.slow)]
+# DW_IN_KERNEL_MAX_ROWS of T B, by XLA after it with the limit at 0. x of
+# I <= XW_IN_KERNEL_MAX_I features goes to the kernels, which form xw = x @
+# k_x row by row; wider x goes as xw, formed by XLA (I = 12).
+# (B, H, T, limit or None for the default, I).
+NATIVE_SIZES = [(len(LENGTHS), H, T, None, I), (1, 13, T, None, I),
+                (11, 100, T, None, I), (11, 100, T, 0, I),
+                (11, 100, T, None, 12),
+                pytest.param((len(LENGTHS), 257, T, None, I),
+                             marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize(
     'size', NATIVE_SIZES,
-    ids=lambda s: f'B{s[0]}-H{s[1]}-T{s[2]}' + ('-dW_by_xla' if s[3] == 0 else ''))
+    ids=lambda s: f'B{s[0]}-H{s[1]}-T{s[2]}-I{s[4]}'
+    + ('-dW_by_xla' if s[3] == 0 else ''))
 @pytest.mark.parametrize('masked', [False, True])
 @pytest.mark.parametrize('norm', SEQ_NORMS)
 def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch):
@@ -158,11 +163,11 @@ def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch
   cell's scan in float64 to the tolerance of the float32 paths."""
   if not native.load():
     pytest.skip('native kernels unavailable')
-  nb, features, steps, dw_limit = size
+  nb, features, steps, dw_limit, inputs_n = size
   if dw_limit is not None:
     monkeypatch.setattr(lstm_scan, 'DW_IN_KERNEL_MAX_ROWS', dw_limit)
   lengths = (LENGTHS * nb)[:nb] if nb > 1 else [steps - 2]
-  x = inputs((nb, steps, I))
+  x = inputs((nb, steps, inputs_n))
   lstm = R.LSTM(features, norm=norm, return_carry=True)
   params = perturb(jax.jit(lstm.init)(jax.random.key(0), x)['params'])
   carry0 = random_carry((jnp.zeros((nb, features)),) * 2)
@@ -171,6 +176,10 @@ def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch
   grad = _seq_grad(ours)
   text = grad.lower(params, x, carry0).as_text()
   assert 'lnorm_lstm_fwd' in text and 'lnorm_lstm_bwd' in text
+  # The forward kernel takes x (proj = 1) or xw (proj = 0), as I says, and
+  # with x, 'layer''s backward kernel too.
+  in_kernel = inputs_n <= lstm_scan.XW_IN_KERNEL_MAX_I
+  assert text.count('proj = 1 ') == in_kernel * (1 + (norm == 'layer'))
   got = grad(params, x, carry0)
   with monkeypatch.context() as m:
     m.setattr(lstm_scan, '_native_ok', lambda *_: False)

@@ -13,9 +13,19 @@
 // use arrive as ones (gains) and zeros (biases); inputs it does not read
 // (the mask with masked = 0; rx but for 'layer') arrive as any buffer. For
 // 'layer' the forward computes rx, 1/sigma of each row of the input
-// projection xw, and writes it out with a copy of xw, which the backward
-// turns into d xw in place: XLA would otherwise copy xw for the backward
-// and reduce it for rx, two more passes over the largest array.
+// projection xw.
+//
+// The input projection xw = x @ k_x (T, B, 4H) comes one of two ways. With
+// proj = 0 XLA forms it and the kernels read it: for 'layer' the forward
+// writes a copy of xw as it reads it, which the backward turns into d xw in
+// place (XLA would otherwise copy xw for the backward and reduce it for rx,
+// two more passes over the largest array). With proj = 1 (x of few
+// features, I <= kMaxProjI) the forward forms each row of xw from x and k_x
+// as it needs it; for 'layer' the backward forms it again, and returns dx
+// and the rows of dk_x's sums instead of d xw. ('none' and 'layer_c' read no
+// xw in the backward, and their d xw is d(h @ w), which it writes anyway.)
+// No (T, B, 4H) array of the input side then exists: the rows read and
+// write none, and XLA neither forms xw nor reads d xw.
 
 #include <algorithm>
 #include <cmath>
@@ -48,6 +58,10 @@ struct Params {
   const float *gx, *b4, *g4, *gH, *bH;
 };
 
+// The most features of x for which the kernels form xw themselves (proj = 1):
+// I products a float of xw, against a float read from memory.
+constexpr int64_t kMaxProjI = 8;
+
 // 'layer''s pre-activation at off + j of a row (eq. 20), from ah = LN(W_h h)
 // before its gain and the input projection's row xr with its 1/sigma rxb.
 // The forward and the backward's recompute both use it: the same gates.
@@ -69,6 +83,7 @@ inline void Gates(float* act, int64_t H, const Z& z) {
 }
 
 // What a call's rows share: the shapes, the norm and the inputs read by row.
+// I > 0: the kernels form xw from x (T, B, I) and kx (I, 4H) (proj = 1).
 struct Seq {
   int64_t T, B, H, S;
   int32_t norm;
@@ -76,36 +91,79 @@ struct Seq {
   float eps;
   const float *m, *rx;
   Params p;
-  float *rx_out, *xw_keep;  // the forward's, for 'layer'
+  float *rx_out, *xw_keep;  // the forward's, for 'layer' (xw_keep: I = 0)
+  int64_t I;
+  const float *x, *kx;
 };
+
+// fn(std::integral_constant<int64_t, I>{}): loops over x's I features
+// unrolled, their accumulators in registers.
+template <int64_t K = 0, typename Fn>
+inline void WithI(int64_t I, const Fn& fn) {
+  if constexpr (K <= kMaxProjI) {
+    if (I == K) return fn(std::integral_constant<int64_t, K>{});
+    WithI<K + 1>(I, fn);
+  }
+}
+
+// Row b of step t of xw = x @ kx into out (4H), the forward's and the
+// backward's alike (the same floats); returns the sum of its squares.
+float ProjectRow(const Seq& s, int64_t t, int64_t b, float* out) {
+  const int64_t n = 4 * s.H;
+  const float* xv = s.x + (t * s.B + b) * s.I;
+  fr ss{};
+  WithI(s.I, [&](auto kI) {
+    constexpr int64_t NI = decltype(kI)::value;
+    if constexpr (NI > 0) {
+      ForRow(n, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        fr v = xv[0] * Ld<F>(s.kx, j, n);
+        for (int64_t i = 1; i < NI; ++i) v += xv[i] * Ld<F>(s.kx + i * n, j, n);
+        St<F>(out, j, n, v);
+        ss += v * v;
+      });
+    }
+  });
+  return lnorm::Sum(ss);
+}
 
 // Row b of forward step t, from a = (h_{t-1} @ W_h)[b] and the carry rows
 // cr, hr: writes c_t to cn (which may be cr), h_t to hn, y's row yr and the
-// saved row. cnew (H) and gates (4H, 'layer') are scratch.
+// saved row. cnew (H), gates (4H, 'layer') and xrow (4H, I > 0) are scratch.
 void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
                 int64_t b, const float* ar, const float* cr, const float* hr,
-                float* cn, float* hn, float* yr, float* cnew, float* gates) {
+                float* cn, float* hn, float* yr, float* cnew, float* gates,
+                float* xrow) {
   const int64_t H = s.H, B = s.B;
   const int32_t norm = s.norm;
   const Params& p = s.p;
-  const float* xr = xw + (t * B + b) * 4 * H;
+  float ssx = 0.0f;  // xr's sum of squares, when formed here
+  const float* xr = xrow;
+  if (s.I > 0) {
+    ssx = ProjectRow(s, t, b, xrow);
+  } else {
+    xr = xw + (t * B + b) * 4 * H;
+  }
   float* row = saved + (t * B + b) * s.S;
   // 'layer' saves ah and ra, from which the backward recomputes the gates;
   // the others save the gates.
   float* act = norm == 1 ? gates : row;
   float* cp = row + 4 * H + (norm == 1 ? 1 : 0);
   if (norm == 1) {
-    // rx (the projection's kernel is centred, so its RMS is its sigma) and
-    // the row's copy, in one pass.
-    float* keep = s.xw_keep + (t * B + b) * 4 * H;
-    fr ss{};
-    ForRow(4 * H, [&](int64_t j, auto full) {
-      constexpr bool F = decltype(full)::value;
-      const fr v = Ld<F>(xr, j, 4 * H);
-      St<F>(keep, j, 4 * H, v);
-      ss += v * v;
-    });
-    const float rxb = 1.0f / std::sqrt(lnorm::Sum(ss) / (4 * H) + s.eps);
+    // rx (the projection's kernel is centred, so its RMS is its sigma);
+    // reading xw, the row's copy in the same pass.
+    if (s.I == 0) {
+      float* keep = s.xw_keep + (t * B + b) * 4 * H;
+      fr ss{};
+      ForRow(4 * H, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        const fr v = Ld<F>(xr, j, 4 * H);
+        St<F>(keep, j, 4 * H, v);
+        ss += v * v;
+      });
+      ssx = lnorm::Sum(ss);
+    }
+    const float rxb = 1.0f / std::sqrt(ssx / (4 * H) + s.eps);
     s.rx_out[t * B + b] = rxb;
     const float ms = SumOf(4 * H, [&](int64_t j) {
       const fr v = LoadN(ar, j, 4 * H);
@@ -170,23 +228,29 @@ void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
 
 // Scratch rows of one thread's backward rows.
 struct BwdScratch {
-  explicit BwdScratch(int64_t H, bool layer)
+  explicit BwdScratch(int64_t H, bool layer, bool proj)
       : cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
-        dz(layer ? 4 * H : 0), gates(layer ? 4 * H : 0) {}
-  std::vector<float> cnew, tc, ch, dcn, dcnew, dhc, dz, gates;
+        dz(layer ? 4 * H : 0), gates(layer ? 4 * H : 0),
+        xrow(proj && layer ? 4 * H : 0) {}
+  std::vector<float> cnew, tc, ch, dcn, dcnew, dhc, dz, gates, xrow;
 };
 
 // Row b of backward step t, from the carries' cotangents dcr and dhr (dc_t,
 // dh_t): writes dc_{t-1} to dco (which may be dcr), d(h @ w) to da, adds to
-// this thread's rows of the sums, and for 'layer' turns the row xr of xw,
-// once read, into d xw's.
+// this thread's rows of the sums. For 'layer' with I = 0 it turns the row
+// xr of xw, once read, into d xw's; with I > 0 ('layer' only) it writes
+// dx's row to dxr and adds to dkx's sums, the last of srow (I rows of 4H).
 void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
                  int64_t b, const float* dcr, const float* dhr, float* dco,
-                 float* da, float* xr, float* const* srow, int64_t nsums,
-                 BwdScratch& w) {
+                 float* da, float* xr, float* dxr, float* const* srow,
+                 int64_t nsums, BwdScratch& w) {
   const int64_t H = s.H, B = s.B;
   const int32_t norm = s.norm;
   const Params& p = s.p;
+  if (s.I > 0) {
+    ProjectRow(s, t, b, w.xrow.data());
+    xr = w.xrow.data();
+  }
   const float* row = saved + (t * B + b) * s.S;
   const float rxb = norm == 1 ? s.rx[t * B + b] : 1.0f;
   const float* ah = row;  // 'layer' only
@@ -236,8 +300,9 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
       m2v += chv * d;
     });
     const float m1 = lnorm::Sum(m1v) / H, m2 = lnorm::Sum(m2v) / H;
-    float* s_gH = srow[nsums - 2];
-    float* s_bH = srow[nsums - 1];
+    const int64_t c_sums = nsums - (s.I > 0 ? 1 : 0);  // past gH's and bH's
+    float* s_gH = srow[c_sums - 2];
+    float* s_bH = srow[c_sums - 1];
     ForRow(H, [&](int64_t j, auto full) {
       constexpr bool F = decltype(full)::value;
       const fr dcnv = Ld<F>(dcn, j, H), chv = Ld<F>(ch, j, H);
@@ -290,13 +355,29 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     const float md = lnorm::Sum(md8) / (4 * H);
     const float mad = lnorm::Sum(mad8) / (4 * H);
     const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
-    ForRow(4 * H, [&](int64_t j, auto full) {
-      constexpr bool F = decltype(full)::value;
+    // With I > 0, d xw goes on at once: x_i d xw into row i of dkx's sums
+    // and d xw . kx[i] into dx_i.
+    WithI(s.I, [&](auto kI) {
+      constexpr int64_t NI = decltype(kI)::value;
       const int64_t n = 4 * H;
-      const fr dzv = Ld<F>(dz, j, n);
-      St<F>(da, j, n,
-            ra * ((dzv * Ld<F>(p.g4, j, n) - md) - Ld<F>(ah, j, n) * mad));
-      St<F>(xr, j, n, rxb * (dzv * Ld<F>(p.gx, j, n) - Ld<F>(xr, j, n) * mx));
+      const float* xv = s.x + (t * B + b) * NI;
+      float* skx = srow[nsums - 1];
+      fr dxa[NI > 0 ? NI : 1] = {};
+      ForRow(n, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        const fr dzv = Ld<F>(dz, j, n);
+        St<F>(da, j, n,
+              ra * ((dzv * Ld<F>(p.g4, j, n) - md) - Ld<F>(ah, j, n) * mad));
+        const fr dxw = rxb * (dzv * Ld<F>(p.gx, j, n) - Ld<F>(xr, j, n) * mx);
+        if constexpr (NI == 0) {
+          St<F>(xr, j, n, dxw);
+        }
+        for (int64_t i = 0; i < NI; ++i) {
+          St<F>(skx + i * n, j, n, Ld<F>(skx + i * n, j, n) + xv[i] * dxw);
+          dxa[i] += dxw * Ld<F>(s.kx + i * n, j, n);
+        }
+      });
+      for (int64_t i = 0; i < NI; ++i) dxr[i] = lnorm::Sum(dxa[i]);
     });
   }
   for (int64_t j = 0; j < H; ++j) dco[j] = keep ? dcnew[j] * f[j] : dcr[j];
@@ -328,15 +409,17 @@ int64_t TeamSize(ffi::ThreadPool& pool, int64_t B, int64_t H) {
 
 // The forward scan over all T steps. Each step: a = h_{t-1} @ W_h, its
 // columns split among the team; then the rows' elementwise work, the rows
-// split. It reads xw (T, B, 4H) and the mask (T, B; any buffer when
-// unused), and writes y (T, B, H), the saved rows (T, B, S), the final carry
-// and for 'layer' rx (T, B) and xw's copy.
-ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
+// split. It reads xw (T, B, 4H; with proj = 1, x (T, B, I) and kx (I, 4H),
+// otherwise kx is any buffer) and the mask (T, B; any buffer when unused),
+// and writes y (T, B, H), the saved rows (T, B, S), the final carry and for
+// 'layer' rx (T, B) and, with proj = 0, xw's copy.
+ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> kx,
+                   ffi::Buffer<ffi::F32> w,
                    ffi::Buffer<ffi::F32> c0, ffi::Buffer<ffi::F32> h0,
                    ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                    ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
                    ffi::Buffer<ffi::F32> bH, int32_t norm, int32_t masked,
-                   float eps, ffi::ResultBuffer<ffi::F32> c_out,
+                   int32_t proj, float eps, ffi::ResultBuffer<ffi::F32> c_out,
                    ffi::ResultBuffer<ffi::F32> h_out,
                    ffi::ResultBuffer<ffi::F32> y_out,
                    ffi::ResultBuffer<ffi::F32> saved, ffi::RemainingRets rest,
@@ -344,23 +427,32 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
   const int64_t H = gH.element_count(), B = H > 0 ? c0.element_count() / H : 0;
   if (B * H == 0) return ffi::Error::Success();  // an empty batch
   const int64_t T = y_out->element_count() / (B * H);
+  const int64_t I = proj ? kx.element_count() / (4 * H) : 0;
   if (static_cast<int64_t>(w.element_count()) != H * 4 * H ||
-      static_cast<int64_t>(xw.element_count()) != T * B * 4 * H) {
+      (proj && (I < 1 || I > kMaxProjI ||
+                static_cast<int64_t>(kx.element_count()) != I * 4 * H)) ||
+      static_cast<int64_t>(xw.element_count()) != T * B * (proj ? I : 4 * H)) {
     return ffi::Error::InvalidArgument("lnorm lstm: bad shapes");
   }
   float *rx_out = nullptr, *xw_keep = nullptr;
-  if (static_cast<int64_t>(rest.size()) != (norm == 1 ? 2 : 0)) {
+  const int64_t nrest = norm == 1 ? (proj ? 1 : 2) : 0;  // rx, xw's copy
+  if (static_cast<int64_t>(rest.size()) != nrest) {
     return ffi::Error::InvalidArgument("lnorm lstm: bad outputs");
   }
   if (norm == 1) {
     auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
-    auto k = rest.get<ffi::Buffer<ffi::F32>>(1);
-    if (!r.has_value() || !k.has_value() ||
-        static_cast<int64_t>((*r)->element_count()) != T * B ||
-        static_cast<int64_t>((*k)->element_count()) != T * B * 4 * H) {
-      return ffi::Error::InvalidArgument("lnorm lstm: bad rx or xw copy");
+    if (!r.has_value() ||
+        static_cast<int64_t>((*r)->element_count()) != T * B) {
+      return ffi::Error::InvalidArgument("lnorm lstm: bad rx");
     }
     rx_out = (*r)->typed_data();
+  }
+  if (nrest == 2) {
+    auto k = rest.get<ffi::Buffer<ffi::F32>>(1);
+    if (!k.has_value() ||
+        static_cast<int64_t>((*k)->element_count()) != T * B * 4 * H) {
+      return ffi::Error::InvalidArgument("lnorm lstm: bad xw copy");
+    }
     xw_keep = (*k)->typed_data();
     lnorm::AdviseHugePages(xw_keep, (*k)->size_bytes());
   }
@@ -373,7 +465,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
               norm, masked != 0, eps, m.typed_data(), nullptr,
               Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                      gH.typed_data(), bH.typed_data()},
-              rx_out, xw_keep};
+              rx_out, xw_keep, I, xw.typed_data(), kx.typed_data()};
   const int64_t N = 4 * H;
   float* packed = Scratch(lnorm::PackedSize(H, N) + B * N + B * H);
   float* a = packed + lnorm::PackedSize(H, N);
@@ -387,7 +479,8 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
     // Packing splits W's rows; the products split (panel, row) pairs.
     lnorm::Pack(w.typed_data(), H, N, N, packed, team.Begin(H), team.End(H));
-    std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0);
+    std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0),
+        xrow(I > 0 ? 4 * H : 0);
     team.Sync();
     laps.Lap(0);
     for (int64_t t = 0; t < T; ++t) {
@@ -401,7 +494,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
         ForwardRow(s, xw.typed_data(), saved->typed_data(), t, b, a + b * N,
                    c + b * H, hp + b * H, c + b * H, hn + b * H,
                    y_out->typed_data() + (t * B + b) * H, cnew.data(),
-                   gates.data());
+                   gates.data(), xrow.data());
       }
       laps.Lap(3);
       team.Sync();
@@ -422,10 +515,14 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> w,
 // otherwise any buffer):
 // at small T B, as one XLA matmul after the kernel it took twice its time
 // alone (BENCHMARKS.md).
-// For 'layer' the first of the remaining buffers holds xw, aliased to d xw,
-// and each row, once read, becomes d xw's. The sums (B, n each) come out as
-// one row per chunk of the batch that a thread takes (zeros elsewhere),
-// which the scan sums.
+// For 'layer' with proj = 0 the one remaining argument holds xw, aliased to
+// d xw, the first remaining output, and each row, once read, becomes d xw's.
+// With proj = 1 the remaining arguments are x (T, B, I) and kx (I, 4H), and
+// the first remaining output is dx (T, B, I). The sums (B, n each) come out
+// after those as one row per chunk of the batch that a thread takes (zeros
+// elsewhere), which the scan sums: the bias's (4H); for 'layer' g4's and
+// gx's (4H each); unless 'none', gH's and bH's (H each); with proj = 1,
+// kx's (I 4H).
 ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> rx,
                     ffi::Buffer<ffi::F32> dc, ffi::Buffer<ffi::F32> dh,
@@ -433,7 +530,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
                     ffi::Buffer<ffi::F32> bH, ffi::Buffer<ffi::F32> w,
                     ffi::Buffer<ffi::F32> hprev, ffi::RemainingArgs rest_in,
-                    int32_t norm, int32_t masked,
+                    int32_t norm, int32_t masked, int32_t proj,
                     ffi::ResultBuffer<ffi::F32> dc_out,
                     ffi::ResultBuffer<ffi::F32> dh_out,
                     ffi::ResultBuffer<ffi::F32> da_all,
@@ -445,10 +542,33 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     return ffi::Error::Success();
   }
   const int64_t T = dy.element_count() / (B * H);
-  const int64_t nsums = norm == 0 ? 1 : norm == 1 ? 5 : 3;
-  const int64_t nrest = nsums + (norm == 1 ? 1 : 0);  // (dxw,) + sums
+  std::vector<int64_t> widths = {4 * H};
+  if (norm == 1) widths.insert(widths.end(), {4 * H, 4 * H});
+  if (norm != 0) widths.insert(widths.end(), {H, H});
+  const float *x = nullptr, *kx = nullptr;
+  int64_t I = 0;
+  if (proj) {
+    auto xa = rest_in.get<ffi::Buffer<ffi::F32>>(0);
+    auto ka = rest_in.get<ffi::Buffer<ffi::F32>>(1);
+    if (norm != 1 || rest_in.size() != 2 || !xa.has_value() ||
+        !ka.has_value()) {
+      return ffi::Error::InvalidArgument("lnorm lstm: bad x or kx");
+    }
+    I = ka->element_count() / (4 * H);
+    if (I < 1 || I > kMaxProjI ||
+        static_cast<int64_t>(ka->element_count()) != I * 4 * H ||
+        static_cast<int64_t>(xa->element_count()) != T * B * I) {
+      return ffi::Error::InvalidArgument("lnorm lstm: bad x or kx");
+    }
+    x = xa->typed_data();
+    kx = ka->typed_data();
+    widths.push_back(I * 4 * H);
+  }
+  const int64_t nsums = widths.size();
+  const int64_t nouts = norm == 1 ? 1 : 0;  // d xw or dx
+  const int64_t nrest = nouts + nsums;
   if (static_cast<int64_t>(rest.size()) != nrest ||
-      static_cast<int64_t>(rest_in.size()) != (norm == 1 ? 1 : 0) ||
+      static_cast<int64_t>(rest_in.size()) != (proj ? 2 : norm == 1 ? 1 : 0) ||
       static_cast<int64_t>(w.element_count()) != H * 4 * H ||
       (dw_out->element_count() != 0 &&
        (static_cast<int64_t>(dw_out->element_count()) != H * 4 * H ||
@@ -458,15 +578,23 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   }
   std::vector<float*> sout(nsums);
   for (int64_t k = 0; k < nsums; ++k) {
-    auto out = rest.get<ffi::Buffer<ffi::F32>>(nrest - nsums + k);
-    if (!out.has_value()) {
-      return ffi::Error::InvalidArgument("lnorm lstm: sums not f32");
+    auto out = rest.get<ffi::Buffer<ffi::F32>>(nouts + k);
+    if (!out.has_value() ||
+        static_cast<int64_t>((*out)->element_count()) != B * widths[k]) {
+      return ffi::Error::InvalidArgument("lnorm lstm: bad sums");
     }
     sout[k] = (*out)->typed_data();
     std::memset(sout[k], 0, (*out)->element_count() * sizeof(float));
   }
-  float* dxw = nullptr;
-  if (norm == 1) {
+  float *dxw = nullptr, *dx = nullptr;
+  if (proj) {
+    auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
+    if (!r.has_value() ||
+        static_cast<int64_t>((*r)->element_count()) != T * B * I) {
+      return ffi::Error::InvalidArgument("lnorm lstm: bad dx");
+    }
+    dx = (*r)->typed_data();
+  } else if (norm == 1) {
     auto r_in = rest_in.get<ffi::Buffer<ffi::F32>>(0);
     auto r = rest.get<ffi::Buffer<ffi::F32>>(0);
     if (!r_in.has_value() || !r.has_value() ||
@@ -489,7 +617,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
               norm, masked != 0, 0.0f, m.typed_data(), rx.typed_data(),
               Params{gx.typed_data(), b4.typed_data(), g4.typed_data(),
                      gH.typed_data(), bH.typed_data()},
-              nullptr, nullptr};
+              nullptr, nullptr, I, x, kx};
   const int64_t N = 4 * H, P = lnorm::Panels(H);
   const int64_t KB = with_dw ? std::min(kKBlock, T * B) : 0;
   float* packed = Scratch(lnorm::PackedSize(N, H) + B * H +
@@ -504,13 +632,10 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
     lnorm::PackTransposed(w.typed_data(), N, H, N, packed, p0, p1);
     // This chunk's row of each sum (row b0: distinct among the threads
-    // that have rows): 4H wide (the bias, and for 'layer' the gains of
-    // eq. 20), then H (the c-side gain and bias).
+    // that have rows).
     std::vector<float*> srow(nsums);
-    for (int64_t k = 0; k < nsums; ++k) {
-      srow[k] = sout[k] + b0 * (k < nsums - (norm == 0 ? 0 : 2) ? 4 * H : H);
-    }
-    BwdScratch scratch(H, norm == 1);
+    for (int64_t k = 0; k < nsums; ++k) srow[k] = sout[k] + b0 * widths[k];
+    BwdScratch scratch(H, norm == 1, I > 0);
     team.Sync();
     laps.Lap(0);
     for (int64_t i = 0; i < T; ++i) {
@@ -521,7 +646,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       for (int64_t b = b0; b < b1; ++b) {
         BackwardRow(s, dy.typed_data(), saved.typed_data(), t, b, dcc + b * H,
                     dhc + b * H, dcc + b * H, da + b * N,
-                    dxw ? dxw + (t * B + b) * N : nullptr, srow.data(), nsums,
+                    dxw ? dxw + (t * B + b) * N : nullptr,
+                    dx ? dx + (t * B + b) * I : nullptr, srow.data(), nsums,
                     scratch);
       }
       laps.Lap(1);
@@ -580,7 +706,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // xw
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // xw or x
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // kx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // w
                                   .Arg<ffi::Buffer<ffi::F32>>()  // c_0
                                   .Arg<ffi::Buffer<ffi::F32>>()  // h_0
@@ -592,12 +719,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
                                   .Attr<int32_t>("norm")
                                   .Attr<int32_t>("masked")
+                                  .Attr<int32_t>("proj")
                                   .Attr<float>("eps")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // c_T
                                   .Ret<ffi::Buffer<ffi::F32>>()   // h_T
                                   .Ret<ffi::Buffer<ffi::F32>>()   // y
                                   .Ret<ffi::Buffer<ffi::F32>>()   // saved
-                                  .RemainingRets()                // (rx, xw)
+                                  .RemainingRets()  // (rx, xw's copy)
                                   .Ctx<ffi::ThreadPool>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
@@ -615,12 +743,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // w
                                   .Arg<ffi::Buffer<ffi::F32>>()  // h_{t-1}
-                                  .RemainingArgs()                // (xw,)
+                                  .RemainingArgs()  // (xw,) or (x, kx)
                                   .Attr<int32_t>("norm")
                                   .Attr<int32_t>("masked")
+                                  .Attr<int32_t>("proj")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dc_0
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dh_0
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dW
-                                  .RemainingRets()                // (dxw,) sums
+                                  .RemainingRets()  // (d xw or dx,) sums
                                   .Ctx<ffi::ThreadPool>());

@@ -10,7 +10,7 @@ from flax.typing import Array, Dtype, Initializer
 
 from lnorm import norms
 from lnorm.recurrent.cells import (default_kernel_init, default_recurrent_kernel_init, lstm_params)
-from lnorm.recurrent.lstm_scan import NORMS, center, lstm_scan, proj
+from lnorm.recurrent.lstm_scan import NORMS, center, lstm_scan
 
 
 class LSTM(nn.Module):
@@ -21,9 +21,10 @@ class LSTM(nn.Module):
   17-19), 'layer' (the LN-LSTM, eqs. 20-22) or 'layer_c' (eqs. 29-31, the
   DRAW variant). It equals ``Recurrent(cell)`` (without a mask,
   ``nn.RNN(cell)``) on the same parameters up to float32 rounding, and
-  trains faster (BENCHMARKS.md): W_x x is one matmul over all steps, the
-  backward is hand-written, and on CPU each step's elementwise work is one
-  native kernel.
+  trains faster (BENCHMARKS.md): W_x x is one matmul over all steps (on
+  CPU, for x of at most 8 features, formed row by row in the native kernels
+  instead), the backward is hand-written, and on CPU each step's elementwise
+  work is one native kernel.
 
   Use it whenever the layer's whole input sequence is known before it runs:
   an encoder or classifier over sequences, a language model trained with
@@ -97,12 +98,9 @@ class LSTM(nn.Module):
     x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H = promote_dtype(
         x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H, dtype=self.dtype)
     # For 'layer', LN(x @ k_x) = RMSNorm(x @ center(k_x)), which the scans
-    # form row by row, so that xw is the only (T, B, 4H) array. (lstm_scan
-    # centres k_h itself.)
+    # form row by row. (lstm_scan centres k_h itself.)
     if self.norm == 'layer':
-      xw_TxBx4H = proj(x_TxBxI, center(k_x))
-    else:
-      xw_TxBx4H = proj(x_TxBxI, k_x)
+      k_x = center(k_x)
 
     if mask is not None:
       mask = jnp.asarray(mask, bool)
@@ -111,12 +109,12 @@ class LSTM(nn.Module):
                          f'{x.shape[:-1]} (batch..., time)')
       mask = mask.reshape((B, T)).T
     if initial_carry is None:
-      c0 = h0 = jnp.zeros((B, H), xw_TxBx4H.dtype)
+      c0 = h0 = jnp.zeros((B, H), k_h.dtype)
     else:
-      c0, h0 = (jnp.asarray(a, xw_TxBx4H.dtype).reshape((B, H))
+      c0, h0 = (jnp.asarray(a, k_h.dtype).reshape((B, H))
                 for a in initial_carry)
     y, c, h = lstm_scan(self.norm, float(self.eps), self.unroll,
-                        bool(self.native), xw_TxBx4H, g_x, b_4H, k_h, g_h,
+                        bool(self.native), x_TxBxI, k_x, g_x, b_4H, k_h, g_h,
                         g_c, b_c, c0, h0, mask)
     y = jnp.moveaxis(y, 0, 1).reshape(batch_shape + (T, H))
     if not self.return_carry:

@@ -5,11 +5,13 @@ backward, and the native CPU kernels of their time steps.
 reorganised for speed. BENCHMARKS.md ("Recurrent LSTM") has the measurements
 behind each choice:
 
-* W_x x for all steps is one matmul before the scan (``proj``, whose
-  backward keeps d(W_x x) row-major). With 'layer', its 1/sigma per row is
-  one reduction (on CPU, done by the forward kernel as it reads each row),
-  and the steps normalize their row: xw is the only (T, B, 4H) array of the
-  input side.
+* W_x x for all steps is one matmul before the scan, xw. With 'layer', its
+  1/sigma per row is one reduction (on CPU, done by the forward kernel as it
+  reads each row), and the steps normalize their row: xw is the only
+  (T, B, 4H) array of the input side. For x of at most
+  ``XW_IN_KERNEL_MAX_I`` features the native kernels form each row of xw
+  as they need it (the forward, and 'layer''s backward again), and no such
+  array exists at all.
 * LN(v @ k) = RMSNorm(v @ center(k)) exactly: the row mean of v @ k is v
   times the row means of k. The forward's LNs then need one reduction per
   row instead of two. The backward of LN(h @ W_h) keeps its mean term, so
@@ -111,6 +113,13 @@ def _native_ok(*dtypes) -> bool:
 
 _NORM_CODE = {'none': 0, 'layer': 1, 'layer_c': 2}
 
+# Up to this many features of x the scans take x and k_x, not xw = x @ k_x:
+# the native kernels form each row of xw from them in the forward and again
+# in the backward (I multiply-adds a float of xw, where reading xw from
+# memory costs more), and return dx and dk_x rather than d xw. XLA's scans
+# form xw again in the backward. lstm_cpu.cc's kMaxProjI.
+XW_IN_KERNEL_MAX_I = 8
+
 # Up to this many T * B rows the backward kernel forms the W_h gradient
 # itself, where XLA's matmul after the kernel at times took twice its time
 # alone. At T = 100 the kernel's was 0.85-1.11x XLA's at B = 16 and 32 (6 of
@@ -135,15 +144,22 @@ def _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H):
   return m_arg, pick(rx_TxB, ones(1)), params
 
 
-def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
+def _xw_in_kernel(x_TxBxI: Array) -> bool:
+  return x_TxBxI.shape[-1] <= XW_IN_KERNEL_MAX_I
+
+
+def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
               w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
   """The scan. Returns ((y, c_T, h_T), saved rows (T, B, sum(sizes)), rx,
   xw for the backward): for 'layer' rx is 1/sigma of xw's rows, and the
   native kernel returns a copy of xw (which the backward overwrites) made
-  while it reads it, where XLA would copy it in a pass of its own."""
+  while it reads it, where XLA would copy it in a pass of its own. With xw
+  formed in the kernels (``_xw_in_kernel``), xw is None: 'layer''s
+  backward forms it again."""
   masked = m_TxB is not None
   B, H = h0_BxH.shape
   S = sum(_saved_sizes(norm, H, masked))
+  in_kernel = _xw_in_kernel(x_TxBxI)
 
   def pointwise(a_Bx4H, xw_Bx4H, rx_Bx1, c_BxH, h_BxH, m_Bx1, gx_4H, b_4H,
                 g_4H, g_H, b_H):
@@ -180,8 +196,9 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
 
   # The scans take every array as an argument: the custom JVP of
   # cpu_native differentiates (through xla_scan) with respect to arguments.
-  def xla_scan(xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH,
-               m_TxB):
+  def xla_scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
+               h0_BxH, m_TxB):
+    xw_TxBx4H = x_TxBxI @ kx_Ix4H
     rx_TxB = _input_rx(norm, xw_TxBx4H, eps)
 
     def step(carry, inp):
@@ -195,31 +212,38 @@ def _lstm_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
     (c_BxH, h_BxH), (y_TxBxH, saved) = jax.lax.scan(
         step, (c0_BxH, h0_BxH), (xw_TxBx4H, _col(rx_TxB), _col(m_TxB)),
         unroll=unroll)
-    return (y_TxBxH, c_BxH, h_BxH), saved, rx_TxB, xw_TxBx4H
+    return ((y_TxBxH, c_BxH, h_BxH), saved, rx_TxB,
+            None if in_kernel else xw_TxBx4H)
 
-  def native_scan(xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
-                  h0_BxH, m_TxB):
+  def native_scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
+                  c0_BxH, h0_BxH, m_TxB):
     # One kernel for the whole loop, the products with W_h included.
-    T = xw_TxBx4H.shape[0]
+    T = x_TxBxI.shape[0]
+    if in_kernel:
+      xs = (x_TxBxI, kx_Ix4H)
+    else:
+      xs = (x_TxBxI @ kx_Ix4H, jnp.zeros((0,), jnp.float32))
     m_arg, _, params = _native_inputs(H, m_TxB, None, gx_4H, b_4H, g_4H, g_H,
                                       b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     layer = norm == 'layer'
     c_BxH, h_BxH, y_TxBxH, saved, *rest = jax.ffi.ffi_call(
         'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S))
-        + ((sds(T, B), sds(T, B, 4 * H)) if layer else ()),
+        + ((sds(T, B),) if layer else ())
+        + ((sds(T, B, 4 * H),) if layer and not in_kernel else ()),
         vmap_method='sequential')(
-            xw_TxBx4H, w_Hx4H, c0_BxH, h0_BxH, m_arg, *params,
+            *xs, w_Hx4H, c0_BxH, h0_BxH, m_arg, *params,
             norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
-            eps=np.float32(eps))
-    rx_TxB, xw_keep = rest if layer else (None, xw_TxBx4H)
+            proj=np.int32(in_kernel), eps=np.float32(eps))
+    rx_TxB = rest[0] if layer else None
+    xw_keep = None if in_kernel else rest[1] if layer else xs[0]
     return (y_TxBxH, c_BxH, h_BxH), saved, rx_TxB, xw_keep
 
   scan = xla_scan
-  if use_native and _native_ok(xw_TxBx4H.dtype):
+  if use_native and _native_ok(x_TxBxI.dtype):
     scan = cpu_native(xla_scan, native_scan)
-  return scan(xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH,
-              m_TxB)
+  return scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
+              h0_BxH, m_TxB)
 
 
 def _input_rx(norm: str, xw_TxBx4H: Array, eps: float) -> Array | None:
@@ -231,34 +255,35 @@ def _input_rx(norm: str, xw_TxBx4H: Array, eps: float) -> Array | None:
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
-def lstm_scan(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H,
-              g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
-  """LSTM over time from the projected inputs; returns (y, c_T, h_T).
+def lstm_scan(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
+              w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
+  """LSTM over time from the inputs x; returns (y, c_T, h_T).
 
   Pre-activations: ``h @ w`` (layer-normalized without bias, gain ``g_4H``,
-  for 'layer', as ``h @ center(w)``) + ``xw``'s own x-side term (for
-  'layer' RMS-normalized, ``xw`` coming from a centred kernel, with gain
+  for 'layer', as ``h @ center(w)``) + ``xw = x @ kx``'s own x-side term
+  (for 'layer' RMS-normalized, ``kx`` centred by the caller, with gain
   ``gx``) + ``b``. 'layer' and 'layer_c' normalize c_t with ``g_H``,
   ``b_H``. ``m_TxB``: the mask, or None.
   """
-  return _lstm_scan_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
-                        w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)[0]
+  return _lstm_scan_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H,
+                        gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH,
+                        m_TxB)[0]
 
 
-def _lstm_scan_fwd(norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H,
-                   w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
+def _lstm_scan_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H,
+                   b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
   if norm == 'layer':
     w_Hx4H = center(w_Hx4H)
   out, saved, rx_TxB, xw_TxBx4H = _lstm_fwd(
-      norm, eps, unroll, use_native, xw_TxBx4H, gx_4H, b_4H, w_Hx4H, g_4H,
-      g_H, b_H, c0_BxH, h0_BxH, m_TxB)
-  return out, (saved, out[0], xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H,
-               g_H, b_H, h0_BxH, m_TxB)
+      norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H,
+      g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)
+  return out, (saved, out[0], x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
+               w_Hx4H, g_4H, g_H, b_H, h0_BxH, m_TxB)
 
 
 def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
-  (saved, y_TxBxH, xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
-   h0_BxH, m_TxB) = res
+  (saved, y_TxBxH, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H,
+   g_4H, g_H, b_H, h0_BxH, m_TxB) = res
   dy_TxBxH, dc_BxH, dh_BxH = cts
   B, H = h0_BxH.shape
   masked = m_TxB is not None
@@ -323,13 +348,21 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       dc_prev = jnp.where(m_Bx1, dc_prev, dc_BxH)
     return dc_prev, da_Bx4H, outs, sums
 
-  n_outs = 1 if norm == 'layer' else 0
   sums0 = tuple(jnp.zeros((B, n), dy_TxBxH.dtype) for n in sum_sizes)
+  # xw was formed in the forward kernel: 'layer''s backward kernel forms
+  # it again (the others read no xw in the backward).
+  in_kernel = xw_TxBx4H is None and norm == 'layer'
 
-  # Both scans return (dc_0, dh_0, sums, d xw, dW); d xw is d(h @ w) but
-  # for 'layer'. They take every array as an argument (see _lstm_fwd).
-  def xla_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
-               gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
+  def input_grads(x_TxBxI, kx_Ix4H, dxw_TxBx4H):
+    """(dx, dk_x) from d xw, which is d(h @ w) but for 'layer'."""
+    return dxw_TxBx4H @ kx_Ix4H.T, sum_outer(x_TxBxI, dxw_TxBx4H)
+
+  # Both scans return (dc_0, dh_0, sums, dx, dk_x, dW). They take every
+  # array as an argument (see _lstm_fwd).
+  def xla_scan(dy_TxBxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB,
+               dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
+    if xw_TxBx4H is None and norm == 'layer':
+      xw_TxBx4H = x_TxBxI @ kx_Ix4H
     # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
     # transposed-operand kernel is slower for these shapes.
     wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
@@ -358,33 +391,47 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       rx_TxBx1 = rx_TxB[..., None]
       xh, dxh = xw_TxBx4H * rx_TxBx1, dxw
       dxw = rx_TxBx1 * (dxh - xh * _mean(xh * dxh))
-    return dc0, dh0, sums, dxw, sum_outer(h_prev, outs[-1])
+    return (dc0, dh0, sums, *input_grads(x_TxBxI, kx_Ix4H, dxw),
+            sum_outer(h_prev, outs[-1]))
 
-  def native_scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH, dh_BxH,
-                  gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
+  def native_scan(dy_TxBxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB,
+                  dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
     # As in _lstm_fwd: one kernel for the whole loop, and dW after it.
-    # 'layer': xw's buffer turns into d xw's, row by row.
-    T = dy_TxBxH.shape[0]
+    # 'layer' with xw: xw's buffer turns into d xw's, row by row. Without
+    # it, the kernel forms xw's rows again and returns dx and the rows of
+    # dk_x's sums. Otherwise d xw is d(h @ w).
+    T, _, I = x_TxBxI.shape
     m_arg, rx_arg, params = _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H,
                                            g_4H, g_H, b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
-    xw_rest = (xw_TxBx4H,) if norm == 'layer' else ()
+    if in_kernel:
+      xs, outs = (x_TxBxI, kx_Ix4H), (sds(T, B, I),)
+      sums = sum_sizes + [I * 4 * H]
+    else:
+      xs = (xw_TxBx4H,) if norm == 'layer' else ()
+      outs = tuple(sds(T, B, 4 * H) for _ in xs)
+      sums = sum_sizes
     fuse_dw = T * B <= DW_IN_KERNEL_MAX_ROWS
     dc0, dh0, da, dw, *rest = jax.ffi.ffi_call(
         'lnorm_lstm_bwd', (sds(B, H), sds(B, H), sds(T, B, 4 * H),
                            sds(H, 4 * H) if fuse_dw else sds(0))
-        + (sds(T, B, 4 * H),) * n_outs + tuple(sds(B, n) for n in sum_sizes),
-        input_output_aliases={13: 4} if n_outs else {},
+        + outs + tuple(sds(B, n) for n in sums),
+        input_output_aliases={13: 4} if xs and not in_kernel else {},
         vmap_method='sequential')(
             dy_TxBxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
             # Unread without dW: a placeholder keeps h_prev out of the
             # kernel's live buffers.
-            h_prev if fuse_dw else jnp.zeros((0,), jnp.float32), *xw_rest,
+            h_prev if fuse_dw else jnp.zeros((0,), jnp.float32), *xs,
             norm=np.int32(_NORM_CODE[norm]),
-            masked=np.int32(masked))
+            masked=np.int32(masked), proj=np.int32(in_kernel))
     if not fuse_dw:
       dw = sum_outer(h_prev, da)
-    return dc0, dh0, rest[n_outs:], (rest[0] if n_outs else da), dw
+    sums, rest = rest[len(outs):], rest[:len(outs)]
+    if in_kernel:
+      dkx = jnp.sum(sums[-1], 0).reshape(I, 4 * H)
+      return dc0, dh0, sums[:-1], rest[0], dkx, dw
+    return (dc0, dh0, sums,
+            *input_grads(x_TxBxI, kx_Ix4H, rest[0] if outs else da), dw)
 
   if masked:
     h_prev = saved[..., -H:]
@@ -393,9 +440,9 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   scan = xla_scan
   if use_native and _native_ok(dy_TxBxH.dtype):
     scan = cpu_native(xla_scan, native_scan)
-  dc0, dh0, sums, dxw, dw_Hx4H = scan(dy_TxBxH, saved, xw_TxBx4H, rx_TxB,
-                                      m_TxB, dc_BxH, dh_BxH, gx_4H, b_4H,
-                                      w_Hx4H, g_4H, g_H, b_H, h_prev)
+  dc0, dh0, sums, dx, dkx, dw_Hx4H = scan(
+      dy_TxBxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH,
+      dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev)
   sums = [jnp.sum(s, 0) for s in sums]
   db_4H = sums.pop(0)
   dg_4H = dgx_4H = dg_H = db_H = None
@@ -404,7 +451,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     sums = sums[2:]
   if norm != 'none':
     dg_H, db_H = sums
-  return (dxw, dgx_4H, db_4H, dw_Hx4H, dg_4H, dg_H, db_H, dc0, dh0, None)
+  return (dx, dkx, dgx_4H, db_4H, dw_Hx4H, dg_4H, dg_H, db_H, dc0, dh0, None)
 
 
 lstm_scan.defvjp(_lstm_scan_fwd, _lstm_scan_bwd)
