@@ -270,7 +270,7 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     return LoadN(f, j, H) * LoadN(cp, j, H) + LoadN(i, j, H) * LoadN(g, j, H);
   });
   const bool keep = !s.masked || s.m[t * B + b] != 0;
-  const float* dyr = dy + (t * B + b) * H;
+  const float* dyr = dy + (b * s.T + t) * H;  // dy is (B, T, H)
   for (int64_t j = 0; j < H; ++j) dhc[j] = keep ? dhr[j] + dyr[j] : 0.0f;
   const float dc_keep = keep ? 1.0f : 0.0f;
   float* s_db4 = srow[0];
@@ -411,7 +411,7 @@ int64_t TeamSize(ffi::ThreadPool& pool, int64_t B, int64_t H) {
 // columns split among the team; then the rows' elementwise work, the rows
 // split. It reads xw (T, B, 4H; with proj = 1, x (T, B, I) and kx (I, 4H),
 // otherwise kx is any buffer) and the mask (T, B; any buffer when unused),
-// and writes y (T, B, H), the saved rows (T, B, S), the final carry and for
+// and writes y (B, T, H), the saved rows (T, B, S), the final carry and for
 // 'layer' rx (T, B) and, with proj = 0, xw's copy.
 ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> kx,
                    ffi::Buffer<ffi::F32> w,
@@ -493,7 +493,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> kx,
       for (int64_t b = b0; b < b1; ++b) {
         ForwardRow(s, xw.typed_data(), saved->typed_data(), t, b, a + b * N,
                    c + b * H, hp + b * H, c + b * H, hn + b * H,
-                   y_out->typed_data() + (t * B + b) * H, cnew.data(),
+                   y_out->typed_data() + (b * T + t) * H, cnew.data(),
                    gates.data(), xrow.data());
       }
       laps.Lap(3);
@@ -723,14 +723,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                                   .Attr<float>("eps")
                                   .Ret<ffi::Buffer<ffi::F32>>()   // c_T
                                   .Ret<ffi::Buffer<ffi::F32>>()   // h_T
-                                  .Ret<ffi::Buffer<ffi::F32>>()   // y
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // y (B, T, H)
                                   .Ret<ffi::Buffer<ffi::F32>>()   // saved
                                   .RemainingRets()  // (rx, xw's copy)
                                   .Ctx<ffi::ThreadPool>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // dy
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // dy (B, T, H)
                                   .Arg<ffi::Buffer<ffi::F32>>()  // saved
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
                                   .Arg<ffi::Buffer<ffi::F32>>()  // rx

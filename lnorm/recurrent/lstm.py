@@ -116,7 +116,7 @@ class LSTM(nn.Module):
     y, c, h = lstm_scan(self.norm, float(self.eps), self.unroll,
                         bool(self.native), x_TxBxI, k_x, g_x, b_4H, k_h, g_h,
                         g_c, b_c, c0, h0, mask)
-    y = jnp.moveaxis(y, 0, 1).reshape(batch_shape + (T, H))
+    y = y.reshape(batch_shape + (T, H))
     if not self.return_carry:
       return y
     return (c.reshape(batch_shape + (H,)), h.reshape(batch_shape + (H,))), y

@@ -150,7 +150,7 @@ def _xw_in_kernel(x_TxBxI: Array) -> bool:
 
 def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
               w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
-  """The scan. Returns ((y, c_T, h_T), saved rows (T, B, sum(sizes)), rx,
+  """The scan. Returns ((y (B, T, H), c_T, h_T), saved rows (T, B, S), rx,
   xw for the backward): for 'layer' rx is 1/sigma of xw's rows, and the
   native kernel returns a copy of xw (which the backward overwrites) made
   while it reads it, where XLA would copy it in a pass of its own. With xw
@@ -212,7 +212,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
     (c_BxH, h_BxH), (y_TxBxH, saved) = jax.lax.scan(
         step, (c0_BxH, h0_BxH), (xw_TxBx4H, _col(rx_TxB), _col(m_TxB)),
         unroll=unroll)
-    return ((y_TxBxH, c_BxH, h_BxH), saved, rx_TxB,
+    return ((jnp.moveaxis(y_TxBxH, 0, 1), c_BxH, h_BxH), saved, rx_TxB,
             None if in_kernel else xw_TxBx4H)
 
   def native_scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
@@ -227,8 +227,8 @@ def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
                                       b_H)
     sds = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
     layer = norm == 'layer'
-    c_BxH, h_BxH, y_TxBxH, saved, *rest = jax.ffi.ffi_call(
-        'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(T, B, H), sds(T, B, S))
+    c_BxH, h_BxH, y_BxTxH, saved, *rest = jax.ffi.ffi_call(
+        'lnorm_lstm_fwd', (sds(B, H),) * 2 + (sds(B, T, H), sds(T, B, S))
         + ((sds(T, B),) if layer else ())
         + ((sds(T, B, 4 * H),) if layer and not in_kernel else ()),
         vmap_method='sequential')(
@@ -237,7 +237,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
             proj=np.int32(in_kernel), eps=np.float32(eps))
     rx_TxB = rest[0] if layer else None
     xw_keep = None if in_kernel else rest[1] if layer else xs[0]
-    return (y_TxBxH, c_BxH, h_BxH), saved, rx_TxB, xw_keep
+    return (y_BxTxH, c_BxH, h_BxH), saved, rx_TxB, xw_keep
 
   scan = xla_scan
   if use_native and _native_ok(x_TxBxI.dtype):
@@ -257,7 +257,9 @@ def _input_rx(norm: str, xw_TxBx4H: Array, eps: float) -> Array | None:
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3))
 def lstm_scan(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
               w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
-  """LSTM over time from the inputs x; returns (y, c_T, h_T).
+  """LSTM over time from the inputs x (T, B, I); returns (y, c_T, h_T), y
+  batch first (B, T, H) as ``LSTM`` returns it: the native forward writes it
+  so, and the backward reads dy so, where XLA would transpose each.
 
   Pre-activations: ``h @ w`` (layer-normalized without bias, gain ``g_4H``,
   for 'layer', as ``h @ center(w)``) + ``xw = x @ kx``'s own x-side term
@@ -282,9 +284,9 @@ def _lstm_scan_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H,
 
 
 def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
-  (saved, y_TxBxH, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H,
+  (saved, y_BxTxH, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H,
    g_4H, g_H, b_H, h0_BxH, m_TxB) = res
-  dy_TxBxH, dc_BxH, dh_BxH = cts
+  dy_BxTxH, dc_BxH, dh_BxH = cts
   B, H = h0_BxH.shape
   masked = m_TxB is not None
   sizes = _saved_sizes(norm, H, masked)
@@ -348,7 +350,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       dc_prev = jnp.where(m_Bx1, dc_prev, dc_BxH)
     return dc_prev, da_Bx4H, outs, sums
 
-  sums0 = tuple(jnp.zeros((B, n), dy_TxBxH.dtype) for n in sum_sizes)
+  sums0 = tuple(jnp.zeros((B, n), dy_BxTxH.dtype) for n in sum_sizes)
   # xw was formed in the forward kernel: 'layer''s backward kernel forms
   # it again (the others read no xw in the backward).
   in_kernel = xw_TxBx4H is None and norm == 'layer'
@@ -359,8 +361,9 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
 
   # Both scans return (dc_0, dh_0, sums, dx, dk_x, dW). They take every
   # array as an argument (see _lstm_fwd).
-  def xla_scan(dy_TxBxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB,
+  def xla_scan(dy_BxTxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB,
                dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
+    dy_TxBxH = jnp.moveaxis(dy_BxTxH, 0, 1)
     if xw_TxBx4H is None and norm == 'layer':
       xw_TxBx4H = x_TxBxI @ kx_Ix4H
     # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
@@ -394,7 +397,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     return (dc0, dh0, sums, *input_grads(x_TxBxI, kx_Ix4H, dxw),
             sum_outer(h_prev, outs[-1]))
 
-  def native_scan(dy_TxBxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB,
+  def native_scan(dy_BxTxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB,
                   dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
     # As in _lstm_fwd: one kernel for the whole loop, and dW after it.
     # 'layer' with xw: xw's buffer turns into d xw's, row by row. Without
@@ -418,7 +421,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
         + outs + tuple(sds(B, n) for n in sums),
         input_output_aliases={13: 4} if xs and not in_kernel else {},
         vmap_method='sequential')(
-            dy_TxBxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
+            dy_BxTxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
             # Unread without dW: a placeholder keeps h_prev out of the
             # kernel's live buffers.
             h_prev if fuse_dw else jnp.zeros((0,), jnp.float32), *xs,
@@ -436,12 +439,13 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   if masked:
     h_prev = saved[..., -H:]
   else:
-    h_prev = jnp.concatenate([h0_BxH[None], y_TxBxH[:-1]], 0)
+    h_prev = jnp.concatenate([h0_BxH[None], jnp.moveaxis(y_BxTxH, 0, 1)[:-1]],
+                             0)
   scan = xla_scan
-  if use_native and _native_ok(dy_TxBxH.dtype):
+  if use_native and _native_ok(dy_BxTxH.dtype):
     scan = cpu_native(xla_scan, native_scan)
   dc0, dh0, sums, dx, dkx, dw_Hx4H = scan(
-      dy_TxBxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH,
+      dy_BxTxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH,
       dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev)
   sums = [jnp.sum(s, 0) for s in sums]
   db_4H = sums.pop(0)
