@@ -46,21 +46,26 @@ inline int64_t PackedSize(int64_t K, int64_t N) {
 
 // Packs rows [k0, k1) of W (K x N, row-major, rows ldw apart) into every
 // panel: out[(p K + k) kLanes + c] = W[k, p kLanes + c], zero past column N.
-// A team splits the rows: each member reads its rows of W in order (a
-// split by panels would read down columns, a page apart at a time).
+// With off (K floats), W's row k less off[k]: center(W) from its row means
+// at no extra pass. A team splits the rows: each member reads its rows of W
+// in order (a split by panels would read down columns, a page apart at a
+// time).
 inline void Pack(const float* w, int64_t K, int64_t N, int64_t ldw,
-                 float* out, int64_t k0, int64_t k1) {
+                 float* out, int64_t k0, int64_t k1,
+                 const float* off = nullptr) {
   const int64_t P = Panels(N), full = N / kLanes;
   for (int64_t k = k0; k < k1; ++k) {
     const float* wk = w + k * ldw;
+    const float ok = off ? off[k] : 0.0f;
     for (int64_t p = 0; p < full; ++p) {
-      std::memcpy(out + (p * K + k) * kLanes, wk + p * kLanes,
-                  kLanes * sizeof(float));
+      fw v = LoadW(wk + p * kLanes);
+      if (off) v -= ok;
+      std::memcpy(out + (p * K + k) * kLanes, &v, sizeof v);
     }
     if (full < P) {
       float* o = out + (full * K + k) * kLanes;
       const int64_t nc = N - full * kLanes;
-      std::memcpy(o, wk + full * kLanes, nc * sizeof(float));
+      for (int64_t c = 0; c < nc; ++c) o[c] = wk[full * kLanes + c] - ok;
       for (int64_t c = nc; c < kLanes; ++c) o[c] = 0.0f;
     }
   }
@@ -68,13 +73,19 @@ inline void Pack(const float* w, int64_t K, int64_t N, int64_t ldw,
 
 // Packs panels [p0, p1) of W^T, K x N, from W (N x K, row-major, rows ldw
 // apart): a panel is kLanes rows of W, which stay in cache while read across.
+// With off (N floats), W's row n less off[n], as Pack's.
 inline void PackTransposed(const float* w, int64_t K, int64_t N, int64_t ldw,
-                           float* out, int64_t p0, int64_t p1) {
+                           float* out, int64_t p0, int64_t p1,
+                           const float* off = nullptr) {
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t n0 = p * kLanes, nc = std::min(kLanes, N - n0);
+    float oc[kLanes] = {};
+    for (int64_t c = 0; off && c < nc; ++c) oc[c] = off[n0 + c];
     float* o = out + p * K * kLanes;
     for (int64_t k = 0; k < K; ++k) {
-      for (int64_t c = 0; c < nc; ++c) o[k * kLanes + c] = w[(n0 + c) * ldw + k];
+      for (int64_t c = 0; c < nc; ++c) {
+        o[k * kLanes + c] = w[(n0 + c) * ldw + k] - oc[c];
+      }
       for (int64_t c = nc; c < kLanes; ++c) o[k * kLanes + c] = 0.0f;
     }
   }

@@ -13,7 +13,8 @@
 // use arrive as ones (gains) and zeros (biases); inputs it does not read
 // (the mask with masked = 0; rx but for 'layer') arrive as any buffer. For
 // 'layer' the forward computes rx, 1/sigma of each row of the input
-// projection xw.
+// projection xw, and both multiply by center(W_h): W_h less its row means
+// wm, which they subtract as they pack W_h (any buffer but for 'layer').
 //
 // The input projection xw = x @ k_x (T, B, 4H) comes one of two ways. With
 // proj = 0 XLA forms it and the kernels read it: for 'layer' the forward
@@ -414,7 +415,7 @@ int64_t TeamSize(ffi::ThreadPool& pool, int64_t B, int64_t H) {
 // and writes y (B, T, H), the saved rows (T, B, S), the final carry and for
 // 'layer' rx (T, B) and, with proj = 0, xw's copy.
 ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> kx,
-                   ffi::Buffer<ffi::F32> w,
+                   ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> wm,
                    ffi::Buffer<ffi::F32> c0, ffi::Buffer<ffi::F32> h0,
                    ffi::Buffer<ffi::F32> m, ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                    ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
@@ -429,6 +430,7 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> kx,
   const int64_t T = y_out->element_count() / (B * H);
   const int64_t I = proj ? kx.element_count() / (4 * H) : 0;
   if (static_cast<int64_t>(w.element_count()) != H * 4 * H ||
+      (norm == 1 && static_cast<int64_t>(wm.element_count()) != H) ||
       (proj && (I < 1 || I > kMaxProjI ||
                 static_cast<int64_t>(kx.element_count()) != I * 4 * H)) ||
       static_cast<int64_t>(xw.element_count()) != T * B * (proj ? I : 4 * H)) {
@@ -478,7 +480,8 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> kx,
     lnorm::Laps laps(fwd_times, team.id());
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
     // Packing splits W's rows; the products split (panel, row) pairs.
-    lnorm::Pack(w.typed_data(), H, N, N, packed, team.Begin(H), team.End(H));
+    lnorm::Pack(w.typed_data(), H, N, N, packed, team.Begin(H), team.End(H),
+                norm == 1 ? wm.typed_data() : nullptr);
     std::vector<float> cnew(H), gates(norm == 1 ? 4 * H : 0),
         xrow(I > 0 ? 4 * H : 0);
     team.Sync();
@@ -529,7 +532,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::Buffer<ffi::F32> gx, ffi::Buffer<ffi::F32> b4,
                     ffi::Buffer<ffi::F32> g4, ffi::Buffer<ffi::F32> gH,
                     ffi::Buffer<ffi::F32> bH, ffi::Buffer<ffi::F32> w,
-                    ffi::Buffer<ffi::F32> hprev, ffi::RemainingArgs rest_in,
+                    ffi::Buffer<ffi::F32> wm, ffi::Buffer<ffi::F32> hprev,
+                    ffi::RemainingArgs rest_in,
                     int32_t norm, int32_t masked, int32_t proj,
                     ffi::ResultBuffer<ffi::F32> dc_out,
                     ffi::ResultBuffer<ffi::F32> dh_out,
@@ -570,6 +574,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
   if (static_cast<int64_t>(rest.size()) != nrest ||
       static_cast<int64_t>(rest_in.size()) != (proj ? 2 : norm == 1 ? 1 : 0) ||
       static_cast<int64_t>(w.element_count()) != H * 4 * H ||
+      (norm == 1 && static_cast<int64_t>(wm.element_count()) != H) ||
       (dw_out->element_count() != 0 &&
        (static_cast<int64_t>(dw_out->element_count()) != H * 4 * H ||
         static_cast<int64_t>(hprev.element_count()) != T * B * H)) ||
@@ -630,7 +635,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     lnorm::Laps laps(bwd_times, team.id());
     const int64_t p0 = team.Begin(P), p1 = team.End(P);
     const int64_t b0 = team.Begin(B), b1 = team.End(B);
-    lnorm::PackTransposed(w.typed_data(), N, H, N, packed, p0, p1);
+    lnorm::PackTransposed(w.typed_data(), N, H, N, packed, p0, p1,
+                          norm == 1 ? wm.typed_data() : nullptr);
     // This chunk's row of each sum (row b0: distinct among the threads
     // that have rows).
     std::vector<float*> srow(nsums);
@@ -709,6 +715,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmFwd, Forward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // xw or x
                                   .Arg<ffi::Buffer<ffi::F32>>()  // kx
                                   .Arg<ffi::Buffer<ffi::F32>>()  // w
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // w's row means
                                   .Arg<ffi::Buffer<ffi::F32>>()  // c_0
                                   .Arg<ffi::Buffer<ffi::F32>>()  // h_0
                                   .Arg<ffi::Buffer<ffi::F32>>()  // mask
@@ -742,6 +749,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Arg<ffi::Buffer<ffi::F32>>()  // gH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // bH
                                   .Arg<ffi::Buffer<ffi::F32>>()  // w
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // w's row means
                                   .Arg<ffi::Buffer<ffi::F32>>()  // h_{t-1}
                                   .RemainingArgs()  // (xw,) or (x, kx)
                                   .Attr<int32_t>("norm")

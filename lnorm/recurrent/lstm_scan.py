@@ -14,7 +14,9 @@ behind each choice:
   array exists at all.
 * LN(v @ k) = RMSNorm(v @ center(k)) exactly: the row mean of v @ k is v
   times the row means of k. The forward's LNs then need one reduction per
-  row instead of two. The backward of LN(h @ W_h) keeps its mean term, so
+  row instead of two. The native kernels subtract W_h's row means as they
+  pack it, where XLA would take a pass over W_h to centre it. The backward
+  of LN(h @ W_h) keeps its mean term, so
   that the W_h gradient comes out with zero row means, the gradient of W_h
   itself: no projection (a pass over W_h) after it.
 * The backward pass is a hand-written scan (``lstm_scan``) that does per
@@ -65,6 +67,13 @@ def rsqrt_mean_square(x: Array, eps: float) -> Array:
 def center(k_IxF: Array) -> Array:
   """Subtracts each row's mean: LN(v @ k) = RMSNorm(v @ center(k))."""
   return k_IxF - jnp.mean(k_IxF, -1, keepdims=True)
+
+
+def _less(w_Hx4H: Array, wm_H: Array | None) -> Array:
+  """center(w) from w's row means wm (None: w as it is). The native kernels
+  take w and wm and subtract as they pack w, where XLA's subtraction would
+  be a pass over w of its own."""
+  return w_Hx4H if wm_H is None else w_Hx4H - wm_H[:, None]
 
 
 def _gates(z_Bx4H: Array) -> Array:
@@ -133,6 +142,11 @@ def _col(a_TxB: Array | None) -> Array | None:
   return None if a_TxB is None else a_TxB[..., None]
 
 
+def _or_ones(a: Array | None) -> Array:
+  """a, or a placeholder where a kernel takes an array it will not read."""
+  return jnp.ones((1,), jnp.float32) if a is None else a
+
+
 def _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H):
   """The kernels' operands besides the arrays: the mask and rx (any buffer
   when absent), and every parameter (ones or zeros when absent)."""
@@ -141,7 +155,7 @@ def _native_inputs(H, m_TxB, rx_TxB, gx_4H, b_4H, g_4H, g_H, b_H):
   params = (pick(gx_4H, ones(4 * H)), b_4H, pick(g_4H, ones(4 * H)),
             pick(g_H, ones(H)), pick(b_H, jnp.zeros((H,), jnp.float32)))
   m_arg = ones(1) if m_TxB is None else m_TxB.astype(jnp.float32)
-  return m_arg, pick(rx_TxB, ones(1)), params
+  return m_arg, _or_ones(rx_TxB), params
 
 
 def _xw_in_kernel(x_TxBxI: Array) -> bool:
@@ -149,7 +163,7 @@ def _xw_in_kernel(x_TxBxI: Array) -> bool:
 
 
 def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
-              w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
+              w_Hx4H, wm_H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
   """The scan. Returns ((y (B, T, H), c_T, h_T), saved rows (T, B, S), rx,
   xw for the backward): for 'layer' rx is 1/sigma of xw's rows, and the
   native kernel returns a copy of xw (which the backward overwrites) made
@@ -196,8 +210,9 @@ def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
 
   # The scans take every array as an argument: the custom JVP of
   # cpu_native differentiates (through xla_scan) with respect to arguments.
-  def xla_scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
-               h0_BxH, m_TxB):
+  def xla_scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, wm_H, g_4H, g_H, b_H,
+               c0_BxH, h0_BxH, m_TxB):
+    w_Hx4H = _less(w_Hx4H, wm_H)
     xw_TxBx4H = x_TxBxI @ kx_Ix4H
     rx_TxB = _input_rx(norm, xw_TxBx4H, eps)
 
@@ -215,7 +230,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
     return ((jnp.moveaxis(y_TxBxH, 0, 1), c_BxH, h_BxH), saved, rx_TxB,
             None if in_kernel else xw_TxBx4H)
 
-  def native_scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H,
+  def native_scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, wm_H, g_4H, g_H, b_H,
                   c0_BxH, h0_BxH, m_TxB):
     # One kernel for the whole loop, the products with W_h included.
     T = x_TxBxI.shape[0]
@@ -232,7 +247,7 @@ def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
         + ((sds(T, B),) if layer else ())
         + ((sds(T, B, 4 * H),) if layer and not in_kernel else ()),
         vmap_method='sequential')(
-            *xs, w_Hx4H, c0_BxH, h0_BxH, m_arg, *params,
+            *xs, w_Hx4H, _or_ones(wm_H), c0_BxH, h0_BxH, m_arg, *params,
             norm=np.int32(_NORM_CODE[norm]), masked=np.int32(masked),
             proj=np.int32(in_kernel), eps=np.float32(eps))
     rx_TxB = rest[0] if layer else None
@@ -242,8 +257,8 @@ def _lstm_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
   scan = xla_scan
   if use_native and _native_ok(x_TxBxI.dtype):
     scan = cpu_native(xla_scan, native_scan)
-  return scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH,
-              h0_BxH, m_TxB)
+  return scan(x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H, wm_H, g_4H, g_H, b_H,
+              c0_BxH, h0_BxH, m_TxB)
 
 
 def _input_rx(norm: str, xw_TxBx4H: Array, eps: float) -> Array | None:
@@ -274,18 +289,18 @@ def lstm_scan(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H,
 
 def _lstm_scan_fwd(norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H,
                    b_4H, w_Hx4H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB):
-  if norm == 'layer':
-    w_Hx4H = center(w_Hx4H)
+  # 'layer' multiplies by center(w), formed from w's row means wm.
+  wm_H = jnp.mean(w_Hx4H, -1) if norm == 'layer' else None
   out, saved, rx_TxB, xw_TxBx4H = _lstm_fwd(
       norm, eps, unroll, use_native, x_TxBxI, kx_Ix4H, gx_4H, b_4H, w_Hx4H,
-      g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)
+      wm_H, g_4H, g_H, b_H, c0_BxH, h0_BxH, m_TxB)
   return out, (saved, out[0], x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, gx_4H, b_4H,
-               w_Hx4H, g_4H, g_H, b_H, h0_BxH, m_TxB)
+               w_Hx4H, wm_H, g_4H, g_H, b_H, h0_BxH, m_TxB)
 
 
 def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   (saved, y_BxTxH, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, gx_4H, b_4H, w_Hx4H,
-   g_4H, g_H, b_H, h0_BxH, m_TxB) = res
+   wm_H, g_4H, g_H, b_H, h0_BxH, m_TxB) = res
   dy_BxTxH, dc_BxH, dh_BxH = cts
   B, H = h0_BxH.shape
   masked = m_TxB is not None
@@ -362,13 +377,14 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
   # Both scans return (dc_0, dh_0, sums, dx, dk_x, dW). They take every
   # array as an argument (see _lstm_fwd).
   def xla_scan(dy_BxTxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB,
-               dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
+               dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, wm_H, g_4H, g_H, b_H,
+               h_prev):
     dy_TxBxH = jnp.moveaxis(dy_BxTxH, 0, 1)
     if xw_TxBx4H is None and norm == 'layer':
       xw_TxBx4H = x_TxBxI @ kx_Ix4H
     # A row-major W_h^T: XLA folds a plain transpose into the matmul, whose
     # transposed-operand kernel is slower for these shapes.
-    wt_4HxH = jax.lax.optimization_barrier(w_Hx4H.T)
+    wt_4HxH = jax.lax.optimization_barrier(_less(w_Hx4H, wm_H).T)
 
     def step(carry, inp):
       dc_BxH, dh_BxH, sums = carry
@@ -398,7 +414,8 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
             sum_outer(h_prev, outs[-1]))
 
   def native_scan(dy_BxTxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB,
-                  dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev):
+                  dc_BxH, dh_BxH, gx_4H, b_4H, w_Hx4H, wm_H, g_4H, g_H, b_H,
+                  h_prev):
     # As in _lstm_fwd: one kernel for the whole loop, and dW after it.
     # 'layer' with xw: xw's buffer turns into d xw's, row by row. Without
     # it, the kernel forms xw's rows again and returns dx and the rows of
@@ -419,9 +436,10 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
         'lnorm_lstm_bwd', (sds(B, H), sds(B, H), sds(T, B, 4 * H),
                            sds(H, 4 * H) if fuse_dw else sds(0))
         + outs + tuple(sds(B, n) for n in sums),
-        input_output_aliases={13: 4} if xs and not in_kernel else {},
+        input_output_aliases={14: 4} if xs and not in_kernel else {},
         vmap_method='sequential')(
             dy_BxTxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
+            _or_ones(wm_H),
             # Unread without dW: a placeholder keeps h_prev out of the
             # kernel's live buffers.
             h_prev if fuse_dw else jnp.zeros((0,), jnp.float32), *xs,
@@ -446,7 +464,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
     scan = cpu_native(xla_scan, native_scan)
   dc0, dh0, sums, dx, dkx, dw_Hx4H = scan(
       dy_BxTxH, saved, x_TxBxI, kx_Ix4H, xw_TxBx4H, rx_TxB, m_TxB, dc_BxH,
-      dh_BxH, gx_4H, b_4H, w_Hx4H, g_4H, g_H, b_H, h_prev)
+      dh_BxH, gx_4H, b_4H, w_Hx4H, wm_H, g_4H, g_H, b_H, h_prev)
   sums = [jnp.sum(s, 0) for s in sums]
   db_4H = sums.pop(0)
   dg_4H = dgx_4H = dg_H = db_H = None
