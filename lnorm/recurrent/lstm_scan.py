@@ -16,9 +16,9 @@ behind each choice:
   times the row means of k. The forward's LNs then need one reduction per
   row instead of two. The native kernels subtract W_h's row means as they
   pack it, where XLA would take a pass over W_h to centre it. The backward
-  of LN(h @ W_h) keeps its mean term, so
-  that the W_h gradient comes out with zero row means, the gradient of W_h
-  itself: no projection (a pass over W_h) after it.
+  of LN(h @ W_h) keeps its mean term, so that the W_h gradient comes out
+  with zero row means, the gradient of W_h itself: no projection (a pass
+  over W_h) after it.
 * The backward pass is a hand-written scan (``lstm_scan``) that does per
   step only what is sequential; the W_h gradient is one matmul after it,
   and the gain and bias gradients are summed in its carry.
