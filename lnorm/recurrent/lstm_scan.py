@@ -436,6 +436,7 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
         'lnorm_lstm_bwd', (sds(B, H), sds(B, H), sds(T, B, 4 * H),
                            sds(H, 4 * H) if fuse_dw else sds(0))
         + outs + tuple(sds(B, n) for n in sums),
+        # xw (operand 14) becomes d xw (result 4), row by row.
         input_output_aliases={14: 4} if xs and not in_kernel else {},
         vmap_method='sequential')(
             dy_BxTxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
