@@ -227,20 +227,45 @@ void ForwardRow(const Seq& s, const float* xw, float* saved, int64_t t,
   }
 }
 
-// Scratch rows of one thread's backward rows.
+// Scratch rows of one thread's backward rows; with I > 0 ('layer'), xrow
+// holds a row of xw and dxw the d xw of the thread's rows of a step.
 struct BwdScratch {
-  explicit BwdScratch(int64_t H, bool layer, bool proj)
+  BwdScratch(int64_t H, bool layer, bool proj, int64_t rows)
       : cnew(H), tc(H), ch(H), dcn(H), dcnew(H), dhc(H),
         dz(layer ? 4 * H : 0), gates(layer ? 4 * H : 0),
-        xrow(proj && layer ? 4 * H : 0) {}
-  std::vector<float> cnew, tc, ch, dcn, dcnew, dhc, dz, gates, xrow;
+        xrow(proj ? 4 * H : 0), dxw(proj ? rows * 4 * H : 0) {}
+  std::vector<float> cnew, tc, ch, dcn, dcnew, dhc, dz, gates, xrow, dxw;
 };
+
+// dk_x's sums, skx (I rows of 4H), plus the rows [b0, b1) of step t: x[t,
+// b, i] d xw[b], d xw's rows in dxw (4H apart). Once a step for the
+// thread's rows, not once a row: one pass over skx where there were b1 - b0.
+void AddDkx(const Seq& s, int64_t t, int64_t b0, int64_t b1, const float* dxw,
+            float* skx) {
+  const int64_t n = 4 * s.H;
+  WithI(s.I, [&](auto kI) {
+    constexpr int64_t NI = decltype(kI)::value;
+    if constexpr (NI > 0) {
+      const float* xt = s.x + t * s.B * NI;
+      ForRow(n, [&](int64_t j, auto full) {
+        constexpr bool F = decltype(full)::value;
+        fr acc[NI];
+        for (int64_t i = 0; i < NI; ++i) acc[i] = Ld<F>(skx + i * n, j, n);
+        for (int64_t b = b0; b < b1; ++b) {
+          const fr v = Ld<F>(dxw + (b - b0) * n, j, n);
+          for (int64_t i = 0; i < NI; ++i) acc[i] += xt[b * NI + i] * v;
+        }
+        for (int64_t i = 0; i < NI; ++i) St<F>(skx + i * n, j, n, acc[i]);
+      });
+    }
+  });
+}
 
 // Row b of backward step t, from the carries' cotangents dcr and dhr (dc_t,
 // dh_t): writes dc_{t-1} to dco (which may be dcr), d(h @ w) to da, adds to
 // this thread's rows of the sums. For 'layer' with I = 0 it turns the row
-// xr of xw, once read, into d xw's; with I > 0 ('layer' only) it writes
-// dx's row to dxr and adds to dkx's sums, the last of srow (I rows of 4H).
+// xr of xw, once read, into d xw's; with I > 0 ('layer' only) it forms xw's
+// row itself, writes d xw's to xr (a scratch row) and dx's row to dxr.
 void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
                  int64_t b, const float* dcr, const float* dhr, float* dco,
                  float* da, float* xr, float* dxr, float* const* srow,
@@ -248,6 +273,7 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
   const int64_t H = s.H, B = s.B;
   const int32_t norm = s.norm;
   const Params& p = s.p;
+  float* const xd = xr;  // where 'layer''s d xw goes
   if (s.I > 0) {
     ProjectRow(s, t, b, w.xrow.data());
     xr = w.xrow.data();
@@ -356,13 +382,11 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
     const float md = lnorm::Sum(md8) / (4 * H);
     const float mad = lnorm::Sum(mad8) / (4 * H);
     const float mx = rxb * rxb * lnorm::Sum(mx8) / (4 * H);
-    // With I > 0, d xw goes on at once: x_i d xw into row i of dkx's sums
-    // and d xw . kx[i] into dx_i.
+    // d xw to xd; with I > 0, d xw . kx[i] into dx_i at once (the caller
+    // adds x_i d xw into dkx's sums once a step, AddDkx).
     WithI(s.I, [&](auto kI) {
       constexpr int64_t NI = decltype(kI)::value;
       const int64_t n = 4 * H;
-      const float* xv = s.x + (t * B + b) * NI;
-      float* skx = srow[nsums - 1];
       fr dxa[NI > 0 ? NI : 1] = {};
       ForRow(n, [&](int64_t j, auto full) {
         constexpr bool F = decltype(full)::value;
@@ -370,11 +394,8 @@ void BackwardRow(const Seq& s, const float* dy, const float* saved, int64_t t,
         St<F>(da, j, n,
               ra * ((dzv * Ld<F>(p.g4, j, n) - md) - Ld<F>(ah, j, n) * mad));
         const fr dxw = rxb * (dzv * Ld<F>(p.gx, j, n) - Ld<F>(xr, j, n) * mx);
-        if constexpr (NI == 0) {
-          St<F>(xr, j, n, dxw);
-        }
+        St<F>(xd, j, n, dxw);
         for (int64_t i = 0; i < NI; ++i) {
-          St<F>(skx + i * n, j, n, Ld<F>(skx + i * n, j, n) + xv[i] * dxw);
           dxa[i] += dxw * Ld<F>(s.kx + i * n, j, n);
         }
       });
@@ -641,7 +662,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     // that have rows).
     std::vector<float*> srow(nsums);
     for (int64_t k = 0; k < nsums; ++k) srow[k] = sout[k] + b0 * widths[k];
-    BwdScratch scratch(H, norm == 1, I > 0);
+    BwdScratch scratch(H, norm == 1, I > 0, b1 - b0);
     team.Sync();
     laps.Lap(0);
     for (int64_t i = 0; i < T; ++i) {
@@ -652,9 +673,14 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       for (int64_t b = b0; b < b1; ++b) {
         BackwardRow(s, dy.typed_data(), saved.typed_data(), t, b, dcc + b * H,
                     dhc + b * H, dcc + b * H, da + b * N,
-                    dxw ? dxw + (t * B + b) * N : nullptr,
+                    I > 0 ? scratch.dxw.data() + (b - b0) * N
+                    : dxw ? dxw + (t * B + b) * N
+                          : nullptr,
                     dx ? dx + (t * B + b) * I : nullptr, srow.data(), nsums,
                     scratch);
+      }
+      if (I > 0) {
+        AddDkx(s, t, b0, b1, scratch.dxw.data(), srow[nsums - 1]);
       }
       laps.Lap(1);
       team.Sync();
