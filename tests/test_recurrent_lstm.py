@@ -139,6 +139,7 @@ def test_lstm_native_steps_serve_float32_on_cpu(norm, masked):
 # passes), one example, and B = 11 (a full block of rows for the gemm's
 # tiles and a tail) with B * H >= 1024, from which a team of threads splits
 # the products' columns and the batch's rows; 257: an odd number of panels.
+# B=1 at H=1100 makes a team of two of which one member has no rows.
 # The W_h gradient is formed in the backward kernel up to
 # DW_IN_KERNEL_MAX_ROWS of T B, by XLA after it with the limit at 0. x of
 # I <= XW_IN_KERNEL_MAX_I features goes to the kernels, which form xw = x @
@@ -148,7 +149,8 @@ NATIVE_SIZES = [(len(LENGTHS), H, T, None, I), (1, 13, T, None, I),
                 (11, 100, T, None, I), (11, 100, T, 0, I),
                 (11, 100, T, None, 12),
                 pytest.param((len(LENGTHS), 257, T, None, I),
-                             marks=pytest.mark.slow)]
+                             marks=pytest.mark.slow),
+                pytest.param((1, 1100, T, None, I), marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize(

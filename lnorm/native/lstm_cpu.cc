@@ -679,7 +679,9 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     dx ? dx + (t * B + b) * I : nullptr, srow.data(), nsums,
                     scratch);
       }
-      if (I > 0) {
+      // Only with rows: a member without any shares row b0 of the sums
+      // with the member that has row b0.
+      if (I > 0 && b1 > b0) {
         AddDkx(s, t, b0, b1, scratch.dxw.data(), srow[nsums - 1]);
       }
       laps.Lap(1);
