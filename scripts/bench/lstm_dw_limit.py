@@ -36,6 +36,27 @@ def _batches(text: str) -> list[int]:
   return batches
 
 
+def median_ms(attr: str, limits: dict[str, int], shape, repeats: int,
+              sample_ms: float) -> dict[tuple[str, str], float]:
+  """Each step of NAMES at ``shape`` compiled once per entry of ``limits``,
+  with ``lstm_scan.<attr>`` at its value (read when the step is traced),
+  timed interleaved in this process: median ms by (name, label)."""
+  x, dy = bench_rnn.batch_inputs(shape)
+  kept = getattr(lstm_scan, attr)
+  runs = {}
+  try:
+    for label, limit in limits.items():
+      setattr(lstm_scan, attr, limit)
+      cands, _, _ = bench_rnn.jax_candidates(list(NAMES), shape, x, dy, 0)
+      for name, (run, _, _) in cands.items():
+        run()
+        runs[(name, label)] = run
+  finally:
+    setattr(lstm_scan, attr, kept)
+  samples = bench_timing.interleaved_samples(runs, repeats, sample_ms * 1e-3)
+  return {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--batches", default=[8, 16, 32, 64], type=_batches,
@@ -47,22 +68,8 @@ def main(argv=None) -> int:
   print("| B | T B rows | step | XLA's dW (ms) | kernel's dW (ms) | kernel / XLA |")
   print("|---:|---:|---|---:|---:|---:|")
   for B in args.batches:
-    shape = (100, B, 400, 3, 1)
-    x, dy = bench_rnn.batch_inputs(shape)
-    runs = {}
-    try:
-      for label, limit in LIMITS.items():
-        # The limit is read when the step is traced: set it, then compile.
-        lstm_scan.DW_IN_KERNEL_MAX_ROWS = limit
-        cands, _, _ = bench_rnn.jax_candidates(list(NAMES), shape, x, dy, 0)
-        for name, (run, _, _) in cands.items():
-          run()
-          runs[(name, label)] = run
-    finally:
-      lstm_scan.DW_IN_KERNEL_MAX_ROWS = kept
-    samples = bench_timing.interleaved_samples(runs, args.repeats,
-                                               args.sample_ms * 1e-3)
-    ms = {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
+    ms = median_ms("DW_IN_KERNEL_MAX_ROWS", LIMITS, (100, B, 400, 3, 1),
+                   args.repeats, args.sample_ms)
     for name in NAMES:
       xla, kernel = ms[(name, "XLA's dW")], ms[(name, "kernel's dW")]
       print(f"| {B} | {100 * B} | {name} | {xla:.2f} | {kernel:.2f} | {kernel / xla:.2f} |")

@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from lnorm.recurrent import lstm_scan
-from scripts.bench import rnn as bench_rnn
-from scripts.bench import timing as bench_timing
-from scripts.bench.lstm_dw_limit import NAMES, _batches
+from scripts.bench.lstm_dw_limit import NAMES, _batches, median_ms
 
 LIMITS = {"XLA's xw": 0, "kernel's xw": 8}
 
@@ -37,29 +33,16 @@ def main(argv=None) -> int:
   ap.add_argument("--repeats", type=int, default=15)
   ap.add_argument("--sample-ms", type=float, default=50.0)
   args = ap.parse_args(argv)
-  if max(args.inputs) > LIMITS["kernel's xw"]:
-    ap.error(f"--inputs: at most {LIMITS['kernel''s xw']} features")
+  most = LIMITS["kernel's xw"]
+  if max(args.inputs) > most:
+    ap.error(f"--inputs: at most {most} features")
   kept = lstm_scan.XW_IN_KERNEL_MAX_I
   print("| B | I | step | XLA's xw (ms) | kernel's xw (ms) | kernel / XLA |")
   print("|---:|---:|---|---:|---:|---:|")
   for B in args.batches:
     for I in args.inputs:
-      shape = (100, B, 400, I, 1)
-      x, dy = bench_rnn.batch_inputs(shape)
-      runs = {}
-      try:
-        for label, limit in LIMITS.items():
-          # The limit is read when the step is traced: set it, then compile.
-          lstm_scan.XW_IN_KERNEL_MAX_I = limit
-          cands, _, _ = bench_rnn.jax_candidates(list(NAMES), shape, x, dy, 0)
-          for name, (run, _, _) in cands.items():
-            run()
-            runs[(name, label)] = run
-      finally:
-        lstm_scan.XW_IN_KERNEL_MAX_I = kept
-      samples = bench_timing.interleaved_samples(runs, args.repeats,
-                                                 args.sample_ms * 1e-3)
-      ms = {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
+      ms = median_ms("XW_IN_KERNEL_MAX_I", LIMITS, (100, B, 400, I, 1),
+                     args.repeats, args.sample_ms)
       for name in NAMES:
         xla, kernel = ms[(name, "XLA's xw")], ms[(name, "kernel's xw")]
         print(f"| {B} | {I} | {name} | {xla:.2f} | {kernel:.2f} | {kernel / xla:.2f} |")
