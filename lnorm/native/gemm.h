@@ -44,30 +44,34 @@ inline int64_t PackedSize(int64_t K, int64_t N) {
   return Panels(N) * kLanes * K;
 }
 
+// Packs one row of W (N floats) as row k of a packed K x N matrix:
+// out[(p K + k) kLanes + c] = row[p kLanes + c] - off, zero past column N.
+inline void PackRow(const float* row, int64_t N, float* out, int64_t K,
+                    int64_t k, float off = 0.0f) {
+  const int64_t P = Panels(N), full = N / kLanes;
+  for (int64_t p = 0; p < full; ++p) {
+    fw v = LoadW(row + p * kLanes);
+    if (off != 0.0f) v -= off;
+    std::memcpy(out + (p * K + k) * kLanes, &v, sizeof v);
+  }
+  if (full < P) {
+    float* o = out + (full * K + k) * kLanes;
+    const int64_t nc = N - full * kLanes;
+    for (int64_t c = 0; c < nc; ++c) o[c] = row[full * kLanes + c] - off;
+    for (int64_t c = nc; c < kLanes; ++c) o[c] = 0.0f;
+  }
+}
+
 // Packs rows [k0, k1) of W (K x N, row-major, rows ldw apart) into every
-// panel: out[(p K + k) kLanes + c] = W[k, p kLanes + c], zero past column N.
-// With off (K floats), W's row k less off[k]: center(W) from its row means
-// at no extra pass. A team splits the rows: each member reads its rows of W
-// in order (a split by panels would read down columns, a page apart at a
-// time).
+// panel (PackRow). With off (K floats), W's row k less off[k]: center(W)
+// from its row means at no extra pass. A team splits the rows: each member
+// reads its rows of W in order (a split by panels would read down columns,
+// a page apart at a time).
 inline void Pack(const float* w, int64_t K, int64_t N, int64_t ldw,
                  float* out, int64_t k0, int64_t k1,
                  const float* off = nullptr) {
-  const int64_t P = Panels(N), full = N / kLanes;
   for (int64_t k = k0; k < k1; ++k) {
-    const float* wk = w + k * ldw;
-    const float ok = off ? off[k] : 0.0f;
-    for (int64_t p = 0; p < full; ++p) {
-      fw v = LoadW(wk + p * kLanes);
-      if (off) v -= ok;
-      std::memcpy(out + (p * K + k) * kLanes, &v, sizeof v);
-    }
-    if (full < P) {
-      float* o = out + (full * K + k) * kLanes;
-      const int64_t nc = N - full * kLanes;
-      for (int64_t c = 0; c < nc; ++c) o[c] = wk[full * kLanes + c] - ok;
-      for (int64_t c = nc; c < kLanes; ++c) o[c] = 0.0f;
-    }
+    PackRow(w + k * ldw, N, out, K, k, off ? off[k] : 0.0f);
   }
 }
 

@@ -419,8 +419,9 @@ lnorm::PhaseTimes fwd_times("lstm fwd", {"pack", "gemm", "wait after gemm",
 lnorm::PhaseTimes bwd_times("lstm bwd", {"pack", "rows", "wait after rows",
                                          "gemm", "wait after gemm", "dW"});
 
-// Rows of the T B that the W_h gradient's product takes at a time (d(h @ w)
-// packed into scratch), its sums added into dW block by block.
+// Rows of the T B that the W_h gradient's product takes at a time, its sums
+// added into dW block by block: a block's two panels of packed d(h @ w) (KB
+// by 2 kLanes floats) stay in L2 while the tiles of their columns read them.
 constexpr int64_t kKBlock = 1024;
 
 // Threads for a call: a step's work must outweigh the barriers between its
@@ -538,7 +539,12 @@ ffi::Error Forward(ffi::Buffer<ffi::F32> xw, ffi::Buffer<ffi::F32> kx,
 // gradient, dW = sum over t, b of h_{t-1}^T d(h @ w)_t from hprev (T, B, H;
 // otherwise any buffer):
 // at small T B, as one XLA matmul after the kernel it took twice its time
-// alone (BENCHMARKS.md).
+// alone (BENCHMARKS.md). Its right operand, d(h @ w) packed (dpk, at least
+// T B Panels(4H) kLanes floats; 0 without dW), is written row by row as the
+// rows are formed, while each row is still in cache, not in a pass over
+// d(h @ w) after the loop. With dW, d(h @ w) itself (da_all) may be 0
+// floats when the caller does not read it: a step's rows then live in
+// scratch, read by the step's product alone.
 // For 'layer' with proj = 0 the one remaining argument holds xw, aliased to
 // d xw, the first remaining output, and each row, once read, becomes d xw's.
 // With proj = 1 the remaining arguments are x (T, B, I) and kx (I, 4H), and
@@ -560,6 +566,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                     ffi::ResultBuffer<ffi::F32> dh_out,
                     ffi::ResultBuffer<ffi::F32> da_all,
                     ffi::ResultBuffer<ffi::F32> dw_out,
+                    ffi::ResultBuffer<ffi::F32> dpk,
                     ffi::RemainingRets rest, ffi::ThreadPool pool) {
   const int64_t H = gH.element_count(), B = H > 0 ? dc.element_count() / H : 0;
   if (B * H == 0) {  // an empty batch: dW (if asked for) is 0
@@ -567,6 +574,8 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     return ffi::Error::Success();
   }
   const int64_t T = dy.element_count() / (B * H);
+  const bool with_dw = dw_out->element_count() != 0;
+  const int64_t PN = lnorm::PackedSize(1, 4 * H);  // floats a packed row
   std::vector<int64_t> widths = {4 * H};
   if (norm == 1) widths.insert(widths.end(), {4 * H, 4 * H});
   if (norm != 0) widths.insert(widths.end(), {H, H});
@@ -596,10 +605,12 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       static_cast<int64_t>(rest_in.size()) != (proj ? 2 : norm == 1 ? 1 : 0) ||
       static_cast<int64_t>(w.element_count()) != H * 4 * H ||
       (norm == 1 && static_cast<int64_t>(wm.element_count()) != H) ||
-      (dw_out->element_count() != 0 &&
+      (with_dw &&
        (static_cast<int64_t>(dw_out->element_count()) != H * 4 * H ||
-        static_cast<int64_t>(hprev.element_count()) != T * B * H)) ||
-      static_cast<int64_t>(da_all->element_count()) != T * B * 4 * H) {
+        static_cast<int64_t>(hprev.element_count()) != T * B * H ||
+        static_cast<int64_t>(dpk->element_count()) < T * B * PN)) ||
+      (static_cast<int64_t>(da_all->element_count()) != T * B * 4 * H &&
+       !(with_dw && da_all->element_count() == 0))) {
     return ffi::Error::InvalidArgument("lnorm lstm: bad shapes");
   }
   std::vector<float*> sout(nsums);
@@ -631,10 +642,10 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
     dxw = (*r)->typed_data();
   }
   lnorm::AdviseHugePages(da_all->typed_data(), da_all->size_bytes());
+  lnorm::AdviseHugePages(dpk->typed_data(), dpk->size_bytes());
   if (dxw != nullptr) lnorm::AdviseHugePages(dxw, T * B * 4 * H * sizeof(float));
   std::memcpy(dc_out->typed_data(), dc.typed_data(), B * H * sizeof(float));
   std::memcpy(dh_out->typed_data(), dh.typed_data(), B * H * sizeof(float));
-  const bool with_dw = dw_out->element_count() != 0;
   if (T == 0) {
     if (with_dw) std::memset(dw_out->typed_data(), 0, H * 4 * H * sizeof(float));
     return ffi::Error::Success();
@@ -645,11 +656,12 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                      gH.typed_data(), bH.typed_data()},
               nullptr, nullptr, I, x, kx};
   const int64_t N = 4 * H, P = lnorm::Panels(H);
-  const int64_t KB = with_dw ? std::min(kKBlock, T * B) : 0;
+  const int64_t KB = std::min(kKBlock, T * B);
+  const bool da_rows = da_all->element_count() != 0;
   float* packed = Scratch(lnorm::PackedSize(N, H) + B * H +
-                          lnorm::PackedSize(KB, N));
+                          (da_rows ? 0 : B * N));
   float* dhbuf = packed + lnorm::PackedSize(N, H);
-  float* dpack = dhbuf + B * H;                   // a block of d(h @ w), packed
+  float* dastep = dhbuf + B * H;  // a step's d(h @ w) when da_all is 0
   float* dcc = dc_out->typed_data();
   lnorm::CallClock clock(bwd_times);
   lnorm::RunTeam(pool, TeamSize(pool, B, H), [&](lnorm::Team& team) {
@@ -669,7 +681,7 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       const int64_t t = T - 1 - i;
       const float* dhc = i % 2 == 0 ? dh_out->typed_data() : dhbuf;
       float* dhn = i % 2 == 0 ? dhbuf : dh_out->typed_data();
-      float* da = da_all->typed_data() + t * B * N;
+      float* da = da_rows ? da_all->typed_data() + t * B * N : dastep;
       for (int64_t b = b0; b < b1; ++b) {
         BackwardRow(s, dy.typed_data(), saved.typed_data(), t, b, dcc + b * H,
                     dhc + b * H, dcc + b * H, da + b * N,
@@ -678,6 +690,11 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
                           : nullptr,
                     dx ? dx + (t * B + b) * I : nullptr, srow.data(), nsums,
                     scratch);
+        if (with_dw) {  // into dW's operand: row k of its block of KB
+          const int64_t k = t * B + b, k0 = k / KB * KB;
+          lnorm::PackRow(da + b * N, N, dpk->typed_data() + k0 * PN,
+                         std::min(KB, T * B - k0), k - k0);
+        }
       }
       // Only with rows: a member without any shares row b0 of the sums
       // with the member that has row b0.
@@ -707,26 +724,24 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       team.Sync();
       laps.Lap(4);
     }
-    // dW by blocks of KB rows of the T B: each block of d(h @ w) packed (the
-    // members split its rows), then added into dW, the members taking
-    // shares of its (panel, row) pairs, with h_{t-1} read as it lies (as
-    // h^T's transpose). The order of the sums is fixed: k in chunks
-    // (gemm.h) within a block, then block by block.
+    // dW by blocks of KB rows of the T B (each block of d(h @ w) packed
+    // by the rows above), added into dW block by block, the members taking
+    // shares of its (panel, row) pairs (the same share every block: no
+    // barrier), with h_{t-1} read as it lies (as h^T's transpose). The
+    // order of the sums is fixed: k in chunks (gemm.h) within a block, then
+    // block by block.
     const float* hp = hprev.typed_data();
     float* dw = dw_out->typed_data();
     for (int64_t k0 = 0; with_dw && k0 < T * B; k0 += KB) {
       const int64_t kc = std::min(KB, T * B - k0);
-      lnorm::Pack(da_all->typed_data() + k0 * N, kc, N, N, dpack,
-                  team.Begin(kc), team.End(kc));
-      team.Sync();
+      const float* dblock = dpk->typed_data() + k0 * PN;
       if (k0 == 0) {
-        lnorm::GemmShare<false, true>(hp + k0 * H, H, kc, H, dpack, N, dw, N,
+        lnorm::GemmShare<false, true>(hp, H, kc, H, dblock, N, dw, N,
                                       team.id(), team.size());
       } else {
-        lnorm::GemmShare<true, true>(hp + k0 * H, H, kc, H, dpack, N, dw, N,
+        lnorm::GemmShare<true, true>(hp + k0 * H, H, kc, H, dblock, N, dw, N,
                                      team.id(), team.size());
       }
-      team.Sync();
     }
     laps.Lap(5);
   });
@@ -787,5 +802,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLstmBwd, Backward,
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dh_0
                                   .Ret<ffi::Buffer<ffi::F32>>()   // d(h @ w)
                                   .Ret<ffi::Buffer<ffi::F32>>()   // dW
+                                  .Ret<ffi::Buffer<ffi::F32>>()   // dW's operand
                                   .RemainingRets()  // (d xw or dx,) sums
                                   .Ctx<ffi::ThreadPool>());

@@ -432,12 +432,19 @@ def _lstm_scan_bwd(norm, eps, unroll, use_native, res, cts):
       outs = tuple(sds(T, B, 4 * H) for _ in xs)
       sums = sum_sizes
     fuse_dw = T * B <= DW_IN_KERNEL_MAX_ROWS
-    dc0, dh0, da, dw, *rest = jax.ffi.ffi_call(
-        'lnorm_lstm_bwd', (sds(B, H), sds(B, H), sds(T, B, 4 * H),
-                           sds(H, 4 * H) if fuse_dw else sds(0))
+    # d(h @ w) as XLA reads it: for d xw but with 'layer', and for dW when
+    # not in the kernel. dW's operand: d(h @ w) packed in panels of at most
+    # 16 floats, written by the kernel as it forms each row.
+    read_da = norm != 'layer' or not fuse_dw
+    dc0, dh0, da, dw, _, *rest = jax.ffi.ffi_call(
+        'lnorm_lstm_bwd', (sds(B, H), sds(B, H),
+                           sds(T, B, 4 * H) if read_da else sds(0),
+                           sds(H, 4 * H) if fuse_dw else sds(0),
+                           sds(T * B, -(-4 * H // 16) * 16) if fuse_dw
+                           else sds(0))
         + outs + tuple(sds(B, n) for n in sums),
-        # xw (operand 14) becomes d xw (result 4), row by row.
-        input_output_aliases={14: 4} if xs and not in_kernel else {},
+        # xw (operand 14) becomes d xw (result 5), row by row.
+        input_output_aliases={14: 5} if xs and not in_kernel else {},
         vmap_method='sequential')(
             dy_BxTxH, saved, m_arg, rx_arg, dc_BxH, dh_BxH, *params, w_Hx4H,
             _or_ones(wm_H),
