@@ -725,9 +725,10 @@ ffi::Error Backward(ffi::Buffer<ffi::F32> dy, ffi::Buffer<ffi::F32> saved,
       laps.Lap(4);
     }
     // dW by blocks of KB rows of the T B (each block of d(h @ w) packed
-    // by the rows above), added into dW block by block, the members taking
-    // shares of its (panel, row) pairs (the same share every block: no
-    // barrier), with h_{t-1} read as it lies (as h^T's transpose). The
+    // by the rows above, all of them before the loop's last barrier), added
+    // into dW block by block, the members taking shares of its (panel, row)
+    // pairs (the same share every block: no barrier between blocks), with
+    // h_{t-1} read as it lies (as h^T's transpose). The
     // order of the sums is fixed: k in chunks (gemm.h) within a block, then
     // block by block.
     const float* hp = hprev.typed_data();
