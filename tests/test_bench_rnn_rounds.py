@@ -88,3 +88,11 @@ def test_run_group_reads_the_benchmarks_json():
   timed = M.run_group("LSTM(none)", "short", 1)
   assert list(timed) == ["short"] and list(timed["short"]) == ["LSTM(none)"]
   assert timed["short"]["LSTM(none)"] > 0
+
+
+def test_rnn_refuses_a_json_path_without_its_folder(tmp_path, capsys):
+  from scripts.bench import rnn
+  with pytest.raises(SystemExit) as e:
+    rnn.main(["--shapes", "short", "--candidates", "LSTM(none)",
+              "--json", str(tmp_path / "none" / "ms.json")])
+  assert e.value.code == 2 and "--json: no folder" in capsys.readouterr().err

@@ -493,6 +493,8 @@ def main(argv=None) -> int:
   for c in names:
     if c not in ALL:
       p.error(f"unknown candidate {c!r}; choose from {', '.join(ALL)}")
+  if args.json is not None and not args.json.parent.is_dir():
+    p.error(f"--json: no folder {args.json.parent}")
   if torch is None:
     names = [c for c in names if c not in TORCH]
   elif args.torch_threads:
