@@ -30,7 +30,14 @@ Numerics of the functions in this file:
   group has x_c = 0, so its output is the bias: finite for every eps > 0.
 * ``rms_norm`` needs no shift: a sum of squares has no cancellation, so
   ``mean(x^2)`` in one pass (the kernel's sums again moving into double every
-  16 terms) is accurate whatever the mean.
+  16 terms) is accurate whatever the mean. ``scale_norm`` likewise (its L2
+  norm is a square root of such a sum).
+* ``group_norm`` is layer norm's primitive over each group (``fused_layer_norm``
+  on x reshaped to (..., groups, C/groups), float32 in and out), so it has
+  layer norm's shifted statistics and analytic derivatives; the per-channel
+  gain and bias follow in the stat dtype and the output is rounded once.
+* ``dyt`` and ``derf`` are point-wise (no statistics): computed in the stat
+  dtype and rounded to x's dtype once, at the end, like the norms.
 """
 
 from __future__ import annotations
@@ -249,3 +256,126 @@ def weight_norm(w: Array, gain: Array | None = None, *, axis: Axes = 0,
   if gain is not None:
     v = v * _broadcast_param(gain, w.shape, feat, v.dtype, "gain")
   return v.astype(w.dtype)
+
+
+def _scalar(p, name: str, dtype) -> Array:
+  """A learnable scalar (shape () or (1,)) as a 0-d array of ``dtype``."""
+  p = jnp.asarray(p)
+  if p.size != 1 or p.ndim > 1:
+    raise ValueError(f"{name} must be a scalar (shape () or (1,)), not shape {p.shape}")
+  return p.reshape(()).astype(dtype)
+
+
+def _last_axis_affine(y: Array, gain: Array | None, bias: Array | None) -> Array:
+  """``gain * y + bias`` with gain and bias per feature of the last axis."""
+  return _affine(y, gain, bias, (y.ndim - 1,))
+
+
+def group_norm(x: Array, gain: Array | None = None, bias: Array | None = None,
+               *, groups: int, eps: float) -> Array:
+  r"""Group normalization (Wu & He 2018, eqs. 1-2 with S_i of eq. 7).
+
+  x is batch-first with the C channels last: (B, C), (B, H, W, C), any
+  (B, ..., C). The channels split into ``groups`` groups of C / groups
+  contiguous channels; each example's group is normalized over all its
+  non-batch elements (the spatial axes and the group's channels)::
+
+      mu = mean over S_i of x     sigma = sqrt(mean over S_i of (x - mu)^2 + eps)
+      y  = gain_c * (x - mu) / sigma + bias_c
+
+  ``gain`` and ``bias`` are per channel, shape (C,). ``groups=1`` is layer
+  norm over all non-batch axes; ``groups=C`` is instance norm. The statistics
+  are layer norm's (shifted, so accurate when the mean dwarfs the spread;
+  analytic derivatives), in float32 for half-precision inputs.
+  """
+  x = jnp.asarray(x)
+  if x.ndim < 2:
+    raise ValueError(f"group_norm: x must be batch-first with channels last, rank >= 2; "
+                     f"got shape {x.shape}")
+  C = x.shape[-1]
+  G = _index(groups)
+  if G is None or G < 1 or C % G:
+    raise ValueError(f"group_norm: groups={groups!r} must be a positive integer that "
+                     f"divides the {C} channels (the last axis of x)")
+  dt = stat_dtype(x.dtype)
+  # (B, ..., G, C/G), normalized over every axis but the batch and the group.
+  xg = x.astype(dt).reshape(*x.shape[:-1], G, C // G)
+  axes = tuple(range(1, x.ndim - 1)) + (x.ndim,)
+  fshape = tuple(xg.shape[a] for a in axes)
+  x_hat = fused_layer_norm.normalize(xg, jnp.ones(fshape, dt), jnp.zeros(fshape, dt),
+                                     axes=axes, eps=eps)
+  return _last_axis_affine(x_hat.reshape(x.shape), gain, bias).astype(x.dtype)
+
+
+# DyT's alpha at initialisation: Zhu, Chen, He, LeCun & Liu, "Transformers
+# without Normalization" (CVPR 2025): alpha0 = 0.5 by default (for LLMs they
+# tune it by width and place; not done here).
+DYT_ALPHA0 = 0.5
+
+
+def dyt(x: Array, alpha: Array, gain: Array | None = None,
+        bias: Array | None = None) -> Array:
+  r"""Dynamic Tanh (Zhu et al. 2025): a point-wise stand-in for a norm.
+
+      y = gain * tanh(alpha * x) + bias
+
+  ``alpha`` a learnable scalar (initialised to ``DYT_ALPHA0``), ``gain`` and
+  ``bias`` per feature of the last axis (ones and zeros at initialisation).
+  No statistics: each element on its own. Computed in the stat dtype, output
+  in x's dtype.
+  """
+  x = jnp.asarray(x)
+  dt = stat_dtype(x.dtype)
+  y = jnp.tanh(_scalar(alpha, "alpha", dt) * x.astype(dt))
+  return _last_axis_affine(y, gain, bias).astype(x.dtype)
+
+
+# Derf's parameters at initialisation: Chen, Lu, Zhu, Sun & Liu, "Stronger
+# Normalization-Free Transformers" (arXiv 2512.10938): alpha0 = 0.5 and
+# s0 = 0 (the authors' Dynamic_erf module, alpha_init_value=0.5,
+# shift_init_value=0.0); gain ones and bias zeros, as DyT's.
+DERF_ALPHA0 = 0.5
+DERF_SHIFT0 = 0.0
+
+
+def derf(x: Array, alpha: Array, shift: Array, gain: Array | None = None,
+         bias: Array | None = None) -> Array:
+  r"""Dynamic erf (Chen et al. 2025, eq. 10): a point-wise stand-in for a norm.
+
+      y = gain * erf(alpha * x + shift) + bias,   erf(z) = 2/sqrt(pi) int_0^z e^{-t^2} dt
+
+  ``alpha`` and ``shift`` learnable scalars (initialised to ``DERF_ALPHA0``
+  and ``DERF_SHIFT0``), ``gain`` and ``bias`` per feature of the last axis.
+  Computed in the stat dtype, output in x's dtype.
+  """
+  x = jnp.asarray(x)
+  dt = stat_dtype(x.dtype)
+  z = _scalar(alpha, "alpha", dt) * x.astype(dt) + _scalar(shift, "shift", dt)
+  return _last_axis_affine(lax.erf(z), gain, bias).astype(x.dtype)
+
+
+def scale_norm_g0(d: int) -> float:
+  """ScaleNorm's g at initialisation, sqrt(d) for d features (Nguyen &
+  Salazar 2019): the norm of a vector of unit-RMS entries."""
+  return math.sqrt(d)
+
+
+def scale_norm(x: Array, g: Array, *, eps: float) -> Array:
+  r"""ScaleNorm (Nguyen & Salazar 2019, "Transformers without Tears").
+
+  Over the d features of the last axis, one learnable scalar g (initialised
+  to ``scale_norm_g0(d)``)::
+
+      y = g * x / max(||x||_2, eps)
+
+  The sum of squares is taken in the stat dtype (no cancellation); output in
+  x's dtype. Scaling x by any c > 0 leaves y unchanged while ||x|| > eps.
+  """
+  x = jnp.asarray(x)
+  dt = stat_dtype(x.dtype)
+  xf = x.astype(dt)
+  # 1 / max(||x||, eps) as rsqrt(max(||x||^2, eps^2)): the same value, and
+  # a zero row's gradient stays finite (sqrt's derivative at 0 is infinite).
+  inv = lax.rsqrt(jnp.maximum(jnp.sum(jnp.square(xf), -1, keepdims=True), eps * eps))
+  y = xf * (_scalar(g, "g", dt) * inv)
+  return y.astype(x.dtype)
