@@ -64,10 +64,11 @@ def _questions(config, split: str, limit: int) -> tuple[list[cq.Question], int]:
   were dropped."""
   root = questions_root(config)
   if config.get("questions_dir") in cloze.STANDINS and not cq.split_dir(root, split).is_dir():
-    raise DataError(f"{cq.split_dir(root, split)} not found: build the stand-in with "
-                    f"`python scripts/make_cloze.py --standin {config.questions_dir}` (it "
-                    f"writes into {resolve_data_dir(config.data_dir)}), or point data_dir "
-                    "(or $LNORM_DATA_DIR) at the folder that holds it")
+    text = resolve_data_dir(config.data_dir) / "text"
+    raise DataError(f"{cq.split_dir(root, split)} not found: build the stand-in into a "
+                    "folder you can write, DIR, with `LNORM_DATA_DIR=DIR python "
+                    f"scripts/make_cloze.py --standin {config.questions_dir} --text_dir "
+                    f"{text}`, then point --config.data_dir=DIR (or $LNORM_DATA_DIR) at it")
   qs = cq.load_split(root, split, limit)
   kept = [t for q in qs if (t := cq.truncate_passage(q, config.passage_sentences)) is not None]
   if config.max_passage_tokens:

@@ -5,6 +5,8 @@ import pytest
 
 from lnorm.data import DataError
 from lnorm.data import books
+from lnorm.data import files
+from tests.pinned import pin
 
 
 def _write(d, name, lines):
@@ -69,6 +71,7 @@ def test_vocab_from_training_books_only(tmp_path, monkeypatch):
   _write(d, "train2.txt", ["more common text", "and more", "the end"])
   _write(d, "held.txt", ["heldoutonly word", "heldoutonly", "heldoutonly"])
   monkeypatch.setenv("LNORM_DATA_DIR", str(tmp_path))
+  pin(monkeypatch, books.GUTENBERG, d)
   c = books.load_gutenberg(None, vocab_size=100, max_len=6, heldout=("held.txt",))
   assert c.vocab.words[3] == "common"
   assert "heldoutonly" not in c.vocab.words
@@ -77,12 +80,23 @@ def test_vocab_from_training_books_only(tmp_path, monkeypatch):
   assert c.train.documents == ("train1.txt", "train2.txt") and len(c.train) == 2
 
 
-def test_missing_data_is_a_one_line_error(tmp_path):
+def test_missing_data_is_a_one_line_error(tmp_path, monkeypatch):
   with pytest.raises(DataError, match="gutenberg/ not found") as e:
     books.load_gutenberg(tmp_path)
   assert "\n" not in str(e.value)
   _write(tmp_path / books.GUTENBERG, "a.txt", ["x", "y", "z"])
+  # Not the 17 pinned books: refused, naming the folder, before anything is read.
+  with pytest.raises(DataError) as e:
+    books.load_gutenberg(tmp_path)
+  assert str(e.value).startswith(f"{tmp_path / books.GUTENBERG}: SHA-256 is ")
+  assert files.SHA256[books.GUTENBERG] in str(e.value) and "\n" not in str(e.value)
+  assert books.load_gutenberg(tmp_path, heldout=(), verify=False).train.documents == ("a.txt",)
+  pin(monkeypatch, books.GUTENBERG, tmp_path / books.GUTENBERG)
   with pytest.raises(DataError, match="held-out books .* not among"):
+    books.load_gutenberg(tmp_path)
+  # One byte changed in one book after it was pinned: refused.
+  _write(tmp_path / books.GUTENBERG, "a.txt", ["x", "y", "Z"])
+  with pytest.raises(DataError, match="gutenberg: SHA-256 is"):
     books.load_gutenberg(tmp_path)
   (tmp_path / "empty").mkdir()
   with pytest.raises(DataError, match="no .txt books"):
@@ -106,8 +120,9 @@ def test_split_sentences_keeps_abbreviations_initials_and_lower_case_continuatio
   assert books.split_sentences("  ") == []
 
 
-def _novels_tar(root, texts):
-  """<root>/text/novels/novels.tar.gz holding novels/<name> for each of ``texts``."""
+def _novels_tar(root, texts, monkeypatch=None):
+  """<root>/text/novels/novels.tar.gz holding novels/<name> for each of
+  ``texts``; with ``monkeypatch``, its SHA-256 pinned for the test."""
   import io
   import tarfile
   path = root / books.NOVELS
@@ -118,6 +133,8 @@ def _novels_tar(root, texts):
       info = tarfile.TarInfo(f"novels/{name}")
       info.size = len(data)
       tar.addfile(info, io.BytesIO(data))
+  if monkeypatch is not None:
+    pin(monkeypatch, books.NOVELS, path)
   return path
 
 
@@ -128,9 +145,9 @@ _NOVEL_B = "One dog. Two cats. Three birds.\n"
 _NOVEL_C = "Held one. Held two. Held three. Held four.\n"
 
 
-def test_novels_are_cleaned_split_into_sentences_and_held_out_by_name(tmp_path):
+def test_novels_are_cleaned_split_into_sentences_and_held_out_by_name(tmp_path, monkeypatch):
   _novels_tar(tmp_path, {"austen_emma.txt": _NOVEL_A, "b_two.txt": _NOVEL_B,
-                         "c_held.txt": _NOVEL_C})
+                         "c_held.txt": _NOVEL_C}, monkeypatch)
   assert books.novel_sentences(_NOVEL_A) == [
       "CHAPTER I", "The cat sat.", "The dog ran -- far away.", "Mr. Smith saw it!",
       '"Was it very far?" she asked.', "It was."]
@@ -148,9 +165,9 @@ def test_novels_are_cleaned_split_into_sentences_and_held_out_by_name(tmp_path):
   assert "very" in c.vocab.words and "illustration" not in c.vocab.words
 
 
-def test_novels_split_errors_are_one_line(tmp_path):
+def test_novels_split_errors_are_one_line(tmp_path, monkeypatch):
   _novels_tar(tmp_path, {"austen_emma.txt": _NOVEL_B, "carroll_alice.txt": _NOVEL_B,
-                         "c_held.txt": _NOVEL_C})
+                         "c_held.txt": _NOVEL_C}, monkeypatch)
   # A book also in text/gutenberg may not be held out while another one trains.
   with pytest.raises(DataError, match="austen_emma.txt, carroll_alice.txt are also in "
                      "text/gutenberg: hold out all of them or none, not carroll_alice.txt alone"):

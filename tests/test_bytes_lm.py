@@ -1,5 +1,6 @@
 """Byte-level LM data (lnorm/data/bytes_lm.py) on tiny files the tests write."""
 
+import hashlib
 import io
 import os
 import tarfile
@@ -13,11 +14,14 @@ import pytest
 
 from lnorm.data import DataError
 from lnorm.data import bytes_lm
+from tests.pinned import pin
 
 SHARED = Path(os.environ.get("LNORM_DATA_DIR", "/work/shared/data"))
 
 
-def _write_novels(root: Path, books: dict[str, str]) -> Path:
+def _write_novels(root: Path, books: dict[str, str], monkeypatch=None) -> Path:
+  """<root>/text/novels/novels.tar.gz of ``books``; with ``monkeypatch``, its
+  SHA-256 pinned for the test (files.SHA256)."""
   path = root / bytes_lm.NOVELS
   path.parent.mkdir(parents=True, exist_ok=True)
   with tarfile.open(path, "w:gz") as tar:
@@ -26,12 +30,14 @@ def _write_novels(root: Path, books: dict[str, str]) -> Path:
       info = tarfile.TarInfo(f"novels/{name}")
       info.size = len(data)
       tar.addfile(info, io.BytesIO(data))
+  if monkeypatch is not None:
+    pin(monkeypatch, bytes_lm.NOVELS, path)
   return path
 
 
-def test_books_split_whole_and_in_name_order(tmp_path):
+def test_books_split_whole_and_in_name_order(tmp_path, monkeypatch):
   books = {f"b{i:02d}.txt": f"book {i} text é\n" * 3 for i in range(25)}
-  _write_novels(tmp_path, books)
+  _write_novels(tmp_path, books, monkeypatch)
   train, valid, test = bytes_lm.split_rule(list(books))
   assert test == ["b00.txt", "b20.txt"] and valid == ["b10.txt"]
   assert len(train) == 22
@@ -83,7 +89,12 @@ def test_windows_numpy_and_jax_agree():
 def test_enwik8_standard_split_on_a_tiny_file(tmp_path):
   raw = np.random.default_rng(0).integers(0, 256, 1000).astype(np.uint8)
   (tmp_path / "enwik8").write_bytes(raw.tobytes())
-  s = bytes_lm.load_enwik8(tmp_path, split=(900, 50, 50))
+  # Not enwik8: its MD5 is not the published one.
+  with pytest.raises(DataError, match=r"enwik8: MD5 of the enwik8 bytes is [0-9a-f]{32}, "
+                     f"expected {bytes_lm.ENWIK8_MD5}"):
+    bytes_lm.load_enwik8(tmp_path, split=(900, 50, 50))
+  md5 = hashlib.md5(raw.tobytes()).hexdigest()
+  s = bytes_lm.load_enwik8(tmp_path, split=(900, 50, 50), md5=md5)
   np.testing.assert_array_equal(s.train, raw[:900])
   np.testing.assert_array_equal(s.valid, raw[900:950])
   np.testing.assert_array_equal(s.test, raw[950:])
@@ -95,8 +106,14 @@ def test_enwik8_standard_split_on_a_tiny_file(tmp_path):
   (tmp_path / "enwik8").unlink()
   with zipfile.ZipFile(tmp_path / "enwik8.zip", "w") as z:
     z.writestr("enwik8", raw.tobytes())
-  np.testing.assert_array_equal(bytes_lm.load_enwik8(tmp_path, (900, 50, 50)).test,
+  np.testing.assert_array_equal(bytes_lm.load_enwik8(tmp_path, (900, 50, 50), md5).test,
                                 raw[950:])
+  # A damaged member: the zip's CRC, named in one line, even unpinned.
+  blob = bytearray((tmp_path / "enwik8.zip").read_bytes())
+  blob[blob.index(raw.tobytes()[:64]) + 10] ^= 0x01
+  (tmp_path / "enwik8.zip").write_bytes(bytes(blob))
+  with pytest.raises(DataError, match=r"enwik8.zip: cannot read it \(Bad CRC-32"):
+    bytes_lm.load_enwik8(tmp_path, (900, 50, 50), None)
 
 
 def _one_line(e: pytest.ExceptionInfo) -> str:
@@ -105,7 +122,7 @@ def _one_line(e: pytest.ExceptionInfo) -> str:
   return msg
 
 
-def test_bad_input_is_one_line(tmp_path):
+def test_bad_input_is_one_line(tmp_path, monkeypatch):
   with pytest.raises(DataError) as e:
     bytes_lm.load_novels(tmp_path / "nowhere")
   assert "novels.tar.gz not found" in _one_line(e)
@@ -122,9 +139,12 @@ def test_bad_input_is_one_line(tmp_path):
   (tmp_path / bytes_lm.NOVELS).write_bytes(b"not a gzip")
   with pytest.raises(DataError) as e:
     bytes_lm.load_novels(tmp_path)
+  assert "novels.tar.gz: SHA-256 is" in _one_line(e)
+  with pytest.raises(DataError) as e:
+    bytes_lm.load_novels(tmp_path, verify=False)
   assert "cannot read it" in _one_line(e)
   # Too little text for one window.
-  _write_novels(tmp_path, {"a.txt": "x" * 100, "b.txt": "short", "c.txt": "tiny"})
+  _write_novels(tmp_path, {"a.txt": "x" * 100, "b.txt": "short", "c.txt": "tiny"}, monkeypatch)
   s = bytes_lm.load_novels(tmp_path, valid=["b.txt"], test=["c.txt"])
   s.check(seq_len=5)
   with pytest.raises(DataError) as e:

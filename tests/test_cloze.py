@@ -12,6 +12,7 @@ from lnorm.data import cloze
 from lnorm.data import cnn_questions as cq
 from lnorm.data import news
 from scripts import make_cloze
+from tests.pinned import pin
 from tests.test_news import GAZETTEER, _tar, gazetteer
 
 ARTICLE_1 = """Canberra backs Murray Darling plan
@@ -117,7 +118,7 @@ def test_book_questions():
 
 
 def test_split_by_article_and_determinism(tmp_path):
-  news = cloze.read_abc(_zip(tmp_path / "abc.zip", _articles(10)))
+  news = cloze.read_abc(_zip(tmp_path / "abc.zip", _articles(10)), verify=False)
   assert len(news) == 10 and news[1].name == "abc/rural.txt#1"
   assert news[5].name == "abc/science.txt#0" and news[5].sentences[0][-1] == "Mars1"
   qs, counts = cloze.build(news, [], seed=3, fractions=(0.2, 0.2))
@@ -143,11 +144,17 @@ def test_split_by_article_and_determinism(tmp_path):
   assert other != qs
 
 
-def test_cli(tmp_path, capsys):
+def test_cli(tmp_path, monkeypatch, capsys):
   text = tmp_path / "text"
   (text / "gutenberg").mkdir(parents=True)
   _zip(text / "abc.zip", _articles(10))
   out = tmp_path / "out"
+  # Not NLTK's abc.zip: one line naming it, nothing written.
+  assert make_cloze.main(["--out", str(out), "--text_dir", str(text), "--no_books"]) == 1
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: {text / 'abc.zip'}: SHA-256 is ") and err.count("\n") == 1
+  assert not out.exists()
+  pin(monkeypatch, "text/abc.zip", text / "abc.zip")
   assert make_cloze.main(["--out", str(out), "--text_dir", str(text), "--no_books"]) == 0
   printed = capsys.readouterr().out
   n = len(list((out / "cnn" / "questions").rglob("*.question")))
@@ -158,6 +165,7 @@ def test_cli(tmp_path, capsys):
   assert err.startswith("error: ") and "no .txt books" in err and err.count("\n") == 1
   assert not (tmp_path / "o2" / "cnn" / "questions").exists()
   (text / "abc.zip").write_bytes(b"not a zip")
+  pin(monkeypatch, "text/abc.zip", text / "abc.zip")
   assert make_cloze.main(["--out", str(out), "--text_dir", str(text), "--no_books"]) == 1
   assert "cannot read the ABC news" in capsys.readouterr().err
   assert len(list((out / "cnn" / "questions").rglob("*.question"))) == n  # kept
@@ -172,7 +180,7 @@ def test_cli_standin_writes_where_the_reader_preset_reads(tmp_path, monkeypatch,
   from configs import reader as reader_config
   from experiments import reader as exp
   (tmp_path / "text" / "gutenberg").mkdir(parents=True)
-  _zip(tmp_path / "text" / "abc.zip", _articles(10))
+  pin(monkeypatch, "text/abc.zip", _zip(tmp_path / "text" / "abc.zip", _articles(10)))
   monkeypatch.setenv("LNORM_DATA_DIR", str(tmp_path))
   c = reader_config.get_config("smoke")  # the cpu preset reads news_standin
   with pytest.raises(DataError, match="make_cloze.py --standin cnn_standin_4"):
@@ -306,8 +314,9 @@ def _news_article(k: int) -> tuple[str, list[str]]:
            f"{last} left {city} the next day . {FILLER} {FILLER}"])
 
 
-def _news_dir(root, n=30):
-  """<root>/news/{reuters21578,bbc}/ and <root>/abc.zip, n articles in all."""
+def _news_dir(root, n=30, monkeypatch=None):
+  """<root>/news/{reuters21578,bbc}/ and <root>/abc.zip, n articles in all;
+  with ``monkeypatch``, their SHA-256s pinned for the test."""
   arts = [_news_article(k) for k in range(n)]
   (root / "news" / "reuters21578").mkdir(parents=True)
   (root / "news" / "bbc").mkdir(parents=True)
@@ -321,13 +330,21 @@ def _news_dir(root, n=30):
     z.writestr("abc/rural.txt", "\n\n".join(h + "\n" + "\n".join(p)
                                             for h, p in arts[2 * n // 3:]) + "\n")
     z.writestr("abc/science.txt", "")
+  if monkeypatch is not None:
+    pin(monkeypatch, news.REUTERS_KEY.format(name="reut2-000.sgm.gz"),
+        root / "news" / "reuters21578" / "reut2-000.sgm.gz")
+    pin(monkeypatch, news.BBC_KEY, root / "news" / "bbc" / "bbc.tar.gz")
+    pin(monkeypatch, news.ABC_KEY, root / "abc.zip")
   return root
 
 
 def test_news_cli_builds_checks_and_reports(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(news, "spacy_recognizer", gazetteer)
-  text = _news_dir(tmp_path / "text")
-  (text / "news" / "reuters21578" / "reut2-001.sgm.gz").write_bytes(b"broken")
+  text = _news_dir(tmp_path / "text", monkeypatch=monkeypatch)
+  # A sound file without documents is skipped and counted.
+  sgm = text / "news" / "reuters21578" / "reut2-001.sgm.gz"
+  sgm.write_bytes(gzip.compress(b"<html>no documents</html>"))
+  pin(monkeypatch, news.REUTERS_KEY.format(name=sgm.name), sgm)
   out = tmp_path / "out"
   assert make_cloze.main(["--out", str(out), "--news", "--text_dir", str(text)]) == 0
   printed = capsys.readouterr().out
@@ -359,7 +376,20 @@ def test_news_cli_builds_checks_and_reports(tmp_path, monkeypatch, capsys):
   assert err.startswith("error: no training, validation, test questions") and err.count("\n") == 1
   assert "documents with no entities" in err
   assert sorted(p.relative_to(out) for p in out.rglob("*.question")) == files
+  # A damaged source is an error naming it, not a smaller set; the set stays.
+  monkeypatch.setattr(news, "spacy_recognizer", gazetteer)
+  sgm.write_bytes(b"broken")
+  assert make_cloze.main(["--out", str(out), "--news", "--text_dir", str(text)]) == 1
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: {sgm}: SHA-256 is ") and err.count("\n") == 1
+  pin(monkeypatch, news.REUTERS_KEY.format(name=sgm.name), sgm)
+  assert make_cloze.main(["--out", str(out), "--news", "--text_dir", str(text)]) == 1
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: {sgm}: cannot read it, truncated or corrupt") and \
+      err.count("\n") == 1
+  assert sorted(p.relative_to(out) for p in out.rglob("*.question")) == files
   # A missing source is an error, not a smaller set.
+  sgm.unlink()
   (text / "abc.zip").unlink()
   assert make_cloze.main(["--out", str(out), "--news", "--text_dir", str(text)]) == 1
   assert "abc.zip not found" in capsys.readouterr().err
@@ -368,7 +398,7 @@ def test_news_cli_builds_checks_and_reports(tmp_path, monkeypatch, capsys):
 def test_news_cli_standin_and_sample(tmp_path, monkeypatch, capsys):
   from configs import reader as reader_config
   monkeypatch.setattr(news, "spacy_recognizer", gazetteer)
-  _news_dir(tmp_path / "text")
+  _news_dir(tmp_path / "text", monkeypatch=monkeypatch)
   monkeypatch.setenv("LNORM_DATA_DIR", str(tmp_path))
   assert make_cloze.main(["--standin", "news_standin"]) == 0
   assert (tmp_path / "news_standin" / "cnn" / "questions" / "training").is_dir()

@@ -12,7 +12,9 @@ import pytest
 
 from lnorm.data import DataError
 from lnorm.data import cloze
+from lnorm.data import files
 from lnorm.data import news
+from tests.pinned import pin
 
 # name -> type, for the gazetteer recognizer
 GAZETTEER = {
@@ -104,7 +106,7 @@ assets &lt;worth&gt; 2 billion dlrs &amp; more.
 """
 
 
-def test_reuters(tmp_path):
+def test_reuters(tmp_path, monkeypatch):
   arts = news.reuters_articles(REUTERS, "reut2-000.sgm")
   assert len(arts) == 1  # the BRIEF one has no body
   a = arts[0]
@@ -114,11 +116,23 @@ def test_reuters(tmp_path):
   d = tmp_path / "reuters21578"
   d.mkdir()
   (d / "reut2-000.sgm.gz").write_bytes(gzip.compress(REUTERS.encode()))
-  (d / "reut2-001.sgm.gz").write_bytes(b"not gzip")
   (d / "reut2-002.sgm.gz").write_bytes(gzip.compress(b"<html>no documents</html>"))
+  # Not the pinned Reuters files: refused, naming the first.
   skips = news.Skips()
+  with pytest.raises(DataError) as e:
+    news.read_reuters(d, skips)
+  assert str(e.value).startswith(f"{d / 'reut2-000.sgm.gz'}: SHA-256 is ")
+  for name in ("reut2-000.sgm.gz", "reut2-002.sgm.gz"):
+    pin(monkeypatch, news.REUTERS_KEY.format(name=name), d / name)
+  # A sound file without documents is counted, not raised.
   assert news.read_reuters(d, skips) == arts
-  assert skips == {"news files that do not parse": 2}
+  assert skips == {"news files that do not parse": 1}
+  # A damaged one is an error naming it, pinned or not: never a smaller set.
+  (d / "reut2-001.sgm.gz").write_bytes(b"not gzip")
+  with pytest.raises(DataError, match=r"reut2-001.sgm.gz: SHA-256 is [0-9a-f]{64}, expected 8d13f8d"):
+    news.read_reuters(d, skips)
+  with pytest.raises(DataError, match=r"reut2-001.sgm.gz: cannot read it, truncated or corrupt"):
+    news.read_reuters(d, skips, verify=False)
   with pytest.raises(DataError, match="not found"):
     news.read_reuters(tmp_path / "none", skips)
 
@@ -132,7 +146,7 @@ def _tar(path, files: dict[str, bytes]):
   return path
 
 
-def test_bbc_and_abc(tmp_path):
+def test_bbc_and_abc(tmp_path, monkeypatch):
   tar = _tar(tmp_path / "bbc.tar.gz", {
       "bbc/README.TXT": b"readme",
       "bbc/tech/002.txt": "Obama visits Paris\n\nBarack Obama went to Paris.\n\nHe paid \xa35.\n"
@@ -140,24 +154,32 @@ def test_bbc_and_abc(tmp_path):
       "bbc/tech/001.txt": b"",  # does not parse: no headline and body
   })
   skips = news.Skips()
+  with pytest.raises(DataError, match=r"bbc.tar.gz: SHA-256 is [0-9a-f]{64}, expected "
+                     + files.SHA256[news.BBC_KEY]):
+    news.read_bbc(tar, skips)
+  pin(monkeypatch, news.BBC_KEY, tar)
   arts = news.read_bbc(tar, skips)
   assert [a.name for a in arts] == ["bbc/tech/002.txt"]
   assert arts[0].headline == "Obama visits Paris"
   assert arts[0].paragraphs == ("Barack Obama went to Paris.", "He paid \xa35.")
   assert skips == {"news files that do not parse": 1}
   (tmp_path / "bad.tar.gz").write_bytes(b"\x1f\x8b broken")
-  assert news.read_bbc(tmp_path / "bad.tar.gz", skips) == []
-  assert skips["news files that do not parse"] == 2
+  with pytest.raises(DataError, match=r"bad.tar.gz: cannot read it, truncated or corrupt"):
+    news.read_bbc(tmp_path / "bad.tar.gz", skips, verify=False)
   with zipfile.ZipFile(tmp_path / "abc.zip", "w") as z:
     z.writestr("abc/rural.txt", "Head one\nLine one.\nLine two.\n\nLonely\n\nHead two\nText.\n")
     z.writestr("abc/science.txt", "")
+  with pytest.raises(DataError, match=r"abc.zip: SHA-256 is"):
+    news.read_abc_articles(tmp_path / "abc.zip", skips)
+  pin(monkeypatch, news.ABC_KEY, tmp_path / "abc.zip")
   arts = news.read_abc_articles(tmp_path / "abc.zip", skips)
   assert [(a.name, a.headline, a.paragraphs) for a in arts] == [
       ("abc/rural.txt#0", "Head one", ("Line one.", "Line two.")),
       ("abc/rural.txt#1", "Head two", ("Text.",))]
   (tmp_path / "abc2.zip").write_bytes(b"not a zip")
-  assert news.read_abc_articles(tmp_path / "abc2.zip", skips) == []
-  assert skips["news files that do not parse"] == 3
+  with pytest.raises(DataError, match=r"abc2.zip: cannot read the ABC news"):
+    news.read_abc_articles(tmp_path / "abc2.zip", skips, verify=False)
+  assert skips["news files that do not parse"] == 1
 
 
 def test_clean_counts_what_it_drops():

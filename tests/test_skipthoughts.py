@@ -214,7 +214,7 @@ def test_novels_run_scores_the_baselines_at_its_last_evaluation_only(tmp_path, m
   words = [f"w{i}" for i in range(30)]
   novel = lambda n: "\n\n".join(" ".join(rng.choice(words, 5)).capitalize() + "." for _ in range(n))
   _novels_tar(tmp_path, {"a_one.txt": novel(20), "b_two.txt": novel(14),
-                         **{name: novel(6) for name in books.NOVELS_HELDOUT}})
+                         **{name: novel(6) for name in books.NOVELS_HELDOUT}}, monkeypatch)
   config.text_dir, config.corpus = "", "novels"
   config.num_steps, config.eval_every_steps, config.num_train = 6, 3, 0
   exp.train_and_evaluate(config, str(tmp_path / "run"))

@@ -10,12 +10,13 @@ import math
 from pathlib import Path
 
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from lnorm.data import bytes_lm
-from tests.run_records import metrics, run_cli, without_timing
+from lnorm.data import bytes_lm, files
+from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.test_bytes_lm import _write_novels
 
 
@@ -69,20 +70,20 @@ def test_warm_up_then_constant_or_cosine():
 
 # -- End to end, on a tiny archive of books. ------------------------------------
 
-def _tiny_novels(root: Path) -> None:
+def _tiny_novels(root: Path, monkeypatch=None) -> Path:
   rng = np.random.default_rng(0)
   words = ["the", "pen", "a", "move", "river", "Tom", "said", "and", "of", "night"]
   text = lambda n: " ".join(rng.choice(words, n)) + ".\n"
   books = {n: text(300) for n in bytes_lm.VALID_BOOKS + bytes_lm.TEST_BOOKS}
   books |= {f"train_{i}.txt": text(2000) for i in range(2)}
-  _write_novels(root, books)
+  return _write_novels(root, books, monkeypatch)  # its SHA-256 pinned with monkeypatch
 
 
 @pytest.mark.slow
 def test_resumed_run_equals_straight_run(tmp_path, monkeypatch):
   from configs import transformer as cfg
   from experiments import transformer as exp
-  _tiny_novels(tmp_path)
+  _tiny_novels(tmp_path, monkeypatch)
   c = cfg.get_config("smoke")
   c.data_dir, c.num_steps, c.eval_every_steps, c.warmup_steps = str(tmp_path), 12, 4, 3
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -119,13 +120,16 @@ def test_resumed_run_equals_straight_run(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_nan_is_recorded_as_a_divergence(tmp_path):
-  _tiny_novels(tmp_path)
+  pins = tmp_path / "pins.json"  # the tiny archive's SHA-256 in place of the novels'
+  pins.write_text(json.dumps({bytes_lm.NOVELS: files.sha256_file(_tiny_novels(tmp_path))}))
   wd = tmp_path / "wd"
   # No norm and an absurd rate: the stream overflows within a few updates.
-  p = run_cli("--config=configs/transformer.py:smoke", f"--workdir={wd}",
-              "--config.norm=none", "--config.norm_position=none",
-              "--config.learning_rate=1e6", "--config.warmup_steps=0",
-              "--config.eval_every_steps=5", f"--config.data_dir={tmp_path}")
+  p = subprocess.run([sys.executable, "tests/run_with_pins.py", str(pins),
+                      "--config=configs/transformer.py:smoke", f"--workdir={wd}",
+                      "--config.norm=none", "--config.norm_position=none",
+                      "--config.learning_rate=1e6", "--config.warmup_steps=0",
+                      "--config.eval_every_steps=5", f"--config.data_dir={tmp_path}"],
+                     cwd=REPO, capture_output=True, text=True, timeout=300)
   assert p.returncode == 3, p.stderr
   assert p.stderr.strip().splitlines()[-1].startswith("error: train_")
   d = json.loads((wd / "diverged.json").read_text())

@@ -49,6 +49,13 @@ ties in alphabetical order. Kiros et al. use 20,000 words.
 
 The data_dir is, as for MNIST (``lnorm.data.files.resolve_data_dir``): the
 argument if non-empty, ``$LNORM_DATA_DIR``, else ``~/.cache/lnorm/data``.
+
+Checks: the Gutenberg books are verified together against the SHA-256 of
+their 17 files concatenated in name order, the novels' archive against its
+own SHA-256 and its gzip CRC (both pinned in ``files.SHA256``, as the data's
+READMEs give them; ``verify=False`` skips the pinned checks). A folder of
+one's own books (``book_files`` + ``load_corpus``) has no checksum to check.
+A mismatch is one ``DataError`` line naming the file or folder.
 """
 
 from __future__ import annotations
@@ -64,9 +71,10 @@ import numpy as np
 
 from lnorm.data import DataError
 from lnorm.data import bytes_lm
+from lnorm.data import files as data_files
 from lnorm.data.files import reason, resolve_data_dir
 
-GUTENBERG = "text/gutenberg"
+GUTENBERG = data_files.GUTENBERG
 HELDOUT_BOOKS = ("austen-persuasion.txt", "chesterton-thursday.txt")
 NOVELS = bytes_lm.NOVELS
 NOVELS_HELDOUT = bytes_lm.TEST_BOOKS
@@ -260,18 +268,24 @@ def load_corpus(files: Sequence[str | os.PathLike[str]], heldout_files: Sequence
 
 
 def load_gutenberg(data_dir: str | os.PathLike[str] | None = None, vocab_size: int = 20000,
-                   max_len: int = 30, heldout: Sequence[str] = HELDOUT_BOOKS) -> Corpus:
+                   max_len: int = 30, heldout: Sequence[str] = HELDOUT_BOOKS,
+                   verify: bool = True) -> Corpus:
   """The default corpus: ``<data_dir>/text/gutenberg/*.txt``, split by ``heldout``."""
-  train, held = split_books(book_files(resolve_data_dir(data_dir) / GUTENBERG), heldout)
+  directory = resolve_data_dir(data_dir) / GUTENBERG
+  files = book_files(directory)
+  if verify:
+    data_files.check_gutenberg(directory, files)
+  train, held = split_books(files, heldout)
   return load_corpus(train, held, vocab_size, max_len)
 
 
 def load_novels(data_dir: str | os.PathLike[str] | None = None, vocab_size: int = 20000,
-                max_len: int = 30, heldout: Sequence[str] = NOVELS_HELDOUT) -> Corpus:
+                max_len: int = 30, heldout: Sequence[str] = NOVELS_HELDOUT,
+                verify: bool = True) -> Corpus:
   """The novels of ``<data_dir>/text/novels/novels.tar.gz``, a document a
   book, split by ``heldout`` (file names in the archive)."""
   path = resolve_data_dir(data_dir) / NOVELS
-  texts = bytes_lm.read_novels(path)
+  texts = bytes_lm.read_novels(path, verify)
   missing = sorted(set(heldout) - set(texts))
   if missing:
     raise DataError(f"{path}: held-out books {', '.join(missing)} not among its "

@@ -28,17 +28,23 @@ Two sources (``SOURCES``):
 ``load(source, data_dir)`` returns a ``ByteSplits``. Batches: ``windows``
 (non-overlapping windows, for epochs and evaluation) and ``random_windows``
 (uniform random starts); both work on NumPy and JAX arrays, jitted or not.
-Every missing or unreadable file, or a split too short for one window, is one
-``DataError`` line.
+Every file is verified before it is used: ``novels.tar.gz`` against its
+pinned SHA-256 (``files.SHA256``, as its README gives it) and read to the end
+of its gzip stream (its CRC); enwik8 against the MD5 of its 10^8 bytes that
+its author publishes (``ENWIK8_MD5``), and ``enwik8.zip``'s member by its CRC
+too. ``verify=False`` skips the pinned checks (a copy of one's own), never the
+CRC. A folder of one's own books (``load_text_dir``) has no checksum: plain
+text carries none. Every missing, unreadable or damaged file, or a split too
+short for one window, is one ``DataError`` line naming the file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import re
-import tarfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -51,12 +57,15 @@ import numpy as np
 # From the package, which exports both before and after the loaders' shared
 # helpers moved to lnorm/data/files.py.
 from lnorm.data import DataError
-from lnorm.data.files import reason, resolve_data_dir
+from lnorm.data.files import check_sha256, reason, resolve_data_dir, tar_files
 
 NOVELS = "text/novels/novels.tar.gz"
 ENWIK8 = "enwik8"
 SOURCES = ("novels", "enwik8")
 ENWIK8_SPLIT = (90_000_000, 5_000_000, 5_000_000)
+# MD5 of enwik8's 10^8 bytes, as Matt Mahoney publishes it
+# (http://mattmahoney.net/dc/textdata.html).
+ENWIK8_MD5 = "a1fa5ffddb56f4953e226637dabbb36a"
 
 # The rule (book i in name order: i % 20 == 0 test, == 10 validation),
 # applied to the 99 novels; fixed here so that the split does not move if a
@@ -131,21 +140,20 @@ def _to_bytes(books: Sequence[tuple[str, str]]) -> np.ndarray:
   return np.frombuffer(blob, np.uint8)
 
 
-def read_novels(archive: str | os.PathLike[str]) -> dict[str, str]:
-  """Book name -> text of every ``*.txt`` member of the tar.gz."""
+def read_novels(archive: str | os.PathLike[str], verify: bool = True) -> dict[str, str]:
+  """Book name -> text of every ``*.txt`` member of the tar.gz, after its
+  SHA-256 is checked against ``files.SHA256[NOVELS]`` (unless ``verify`` is
+  False) and with the archive read to its end (its CRC checked either way)."""
   path = Path(archive)
   how = "see text/novels/README.md of the shared data for what it should hold"
   if not path.is_file():
     raise DataError(f"{path} not found; {how}")
+  if verify:
+    check_sha256(path, NOVELS, how)
   books = {}
-  try:
-    with tarfile.open(path, "r:gz") as tar:
-      for m in tar:
-        if m.isfile() and m.name.endswith(".txt"):
-          f = tar.extractfile(m)
-          books[Path(m.name).name] = f.read().decode("utf-8", errors="replace")
-  except (OSError, EOFError, tarfile.TarError, zlib.error) as e:
-    raise DataError(f"{path}: cannot read it ({reason(e)}); {how}") from e
+  for name, data in tar_files(path, how):
+    if name.endswith(".txt"):
+      books[Path(name).name] = data.decode("utf-8", errors="replace")
   if not books:
     raise DataError(f"{path}: no .txt books inside; {how}")
   return books
@@ -172,11 +180,11 @@ def split_books(books: dict[str, str], valid: Sequence[str], test: Sequence[str]
 
 
 def load_novels(data_dir: str | os.PathLike[str] | None = None,
-                valid: Sequence[str] = VALID_BOOKS, test: Sequence[str] = TEST_BOOKS
-                ) -> ByteSplits:
+                valid: Sequence[str] = VALID_BOOKS, test: Sequence[str] = TEST_BOOKS,
+                verify: bool = True) -> ByteSplits:
   """The novels, split by whole books (default: the documented rule)."""
   path = resolve_data_dir(data_dir) / NOVELS
-  return split_books(read_novels(path), valid, test, "novels", str(path))
+  return split_books(read_novels(path, verify), valid, test, "novels", str(path))
 
 
 def load_text_dir(directory: str | os.PathLike[str], valid: Sequence[str],
@@ -207,9 +215,11 @@ def enwik8_path(data_dir: str | os.PathLike[str] | None = None) -> Path | None:
 
 
 def load_enwik8(data_dir: str | os.PathLike[str] | None = None,
-                split: tuple[int, int, int] = ENWIK8_SPLIT) -> ByteSplits:
+                split: tuple[int, int, int] = ENWIK8_SPLIT, md5: str | None = ENWIK8_MD5
+                ) -> ByteSplits:
   """enwik8's standard split (``split`` bytes of train, valid, test, in file
-  order; tests pass small ones for a small file)."""
+  order; tests pass small ones for a small file), its bytes checked against
+  ``md5`` (None: not checked)."""
   path = enwik8_path(data_dir)
   root = resolve_data_dir(data_dir)
   how = ("enwik8 is the first 10^8 bytes of the English Wikipedia dump of "
@@ -229,6 +239,9 @@ def load_enwik8(data_dir: str | os.PathLike[str] | None = None,
   if len(raw) < sum(split):
     raise DataError(f"{path}: {len(raw):,} bytes, fewer than the {sum(split):,} of the "
                     f"split {n_train:,} / {n_valid:,} / {n_test:,}; is it truncated?")
+  if md5 is not None and (got := hashlib.md5(raw).hexdigest()) != md5:
+    raise DataError(f"{path}: MD5 of the enwik8 bytes is {got}, expected {md5} (truncated, "
+                    f"corrupt or another file); {how}")
   data = np.frombuffer(raw, np.uint8)
   a, b = n_train, n_train + n_valid
   return ByteSplits(data[:a], data[a:b], data[b:b + n_test], "enwik8",

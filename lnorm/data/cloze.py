@@ -22,7 +22,9 @@ Two kinds (``STANDINS``, the folder names the reader's presets read):
 Sources: ABC news (``abc.zip``: articles of a headline line and one sentence a
 line, a blank line between articles) and, where the news gives too few
 questions, Children's-Book-Test-style questions from Gutenberg books (one
-sentence a line).
+sentence a line). Both are checked before they are read, against the SHA-256s
+of text/README.md (``files.SHA256``; ``verify=False`` skips that) and the
+zip's CRCs: a damaged or other copy is one ``DataError`` line naming it.
 
 Entities (``find_entities``), per document (an article, or a whole book):
 a token is *capitalised* when its first character is an upper-case letter.
@@ -73,7 +75,6 @@ import hashlib
 import os
 import re
 import shutil
-import zipfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -81,6 +82,7 @@ import numpy as np
 
 from lnorm.data import DataError
 from lnorm.data import cnn_questions as cq
+from lnorm.data import files as data_files
 from lnorm.data.files import swap_in
 from lnorm.data import news
 
@@ -153,14 +155,10 @@ def _decode(raw: bytes) -> str:
     return raw.decode("latin-1")
 
 
-def read_abc(zip_path: str | os.PathLike[str]) -> list[Document]:
-  """The articles of ``abc.zip``, in file order, tokenised."""
-  try:
-    with zipfile.ZipFile(zip_path) as z:
-      texts = [(name, _decode(z.read(name))) for name in ABC_FILES]
-  except (OSError, KeyError, zipfile.BadZipFile) as e:
-    raise DataError(f"{zip_path}: cannot read the ABC news ({str(e).splitlines()[0][:200]}); "
-                    f"expected a zip holding {', '.join(ABC_FILES)}") from e
+def read_abc(zip_path: str | os.PathLike[str], verify: bool = True) -> list[Document]:
+  """The articles of ``abc.zip``, in file order, tokenised; the zip checked
+  against its pinned SHA-256 (unless not ``verify``) and its CRCs."""
+  texts = news.read_abc_zip(Path(zip_path), ABC_FILES, verify)
   docs = []
   for name, text in texts:
     blocks = re.split(r"\n\s*\n", text.replace("\r", ""))
@@ -174,13 +172,17 @@ def read_abc(zip_path: str | os.PathLike[str]) -> list[Document]:
   return docs
 
 
-def read_books(directory: str | os.PathLike[str], skip: Sequence[str] = VERSE
-               ) -> list[Document]:
+def read_books(directory: str | os.PathLike[str], skip: Sequence[str] = VERSE,
+               verify: bool = True) -> list[Document]:
   """Each ``*.txt`` but ``skip`` (already tokenised, one sentence a line), in
-  name order."""
-  paths = sorted(p for p in Path(directory).glob("*.txt") if p.name not in skip)
+  name order. With ``verify``, all the folder's ``*.txt`` (``skip`` too) must
+  be the Gutenberg books ``files.SHA256[GUTENBERG]`` pins."""
+  every = sorted(p for p in Path(directory).glob("*.txt"))
+  paths = [p for p in every if p.name not in skip]
   if not paths:
     raise DataError(f"{directory}: no .txt books found")
+  if verify:
+    data_files.check_gutenberg(Path(directory), every)
   docs = []
   for p in paths:
     try:

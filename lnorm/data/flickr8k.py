@@ -13,10 +13,18 @@ in no list go to train (9 of the 1,000: 753 + 9 train, 113 dev, 125 test).
 Within a split images are in name order, which is the token file's order.
 ``scripts/extract_flickr8k_features.py`` turns it into Vendrov's layout
 (``lnorm/data/retrieval.py``).
+
+Checks: a folder named ``flickr8k_1k`` is the stand-in, whose files are
+fixed: its caption file, the three split lists and its images (together,
+``images_digest``) are verified against the SHA-256s of its README
+(``SHA256``) before anything is parsed; a mismatch is one ``DataError`` line
+naming the file. Another folder (a full Flickr8k of one's own) has no pinned
+checksums; pass ``checksums`` to check it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 import re
@@ -30,6 +38,15 @@ TOKEN_FILE = "Flickr8k.token.txt"
 SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "dev": "Flickr_8k.devImages.txt",
                "test": "Flickr_8k.testImages.txt"}
 IMAGES = "images"
+# SHA-256 of the stand-in's files, as its README gives them; IMAGES: the
+# digest of images/ (``images_digest``).
+SHA256 = {
+    TOKEN_FILE: "fc18d93dd1816b367a790e08c73c10b4ef1465102bad4f2412f19ea967c1344a",
+    SPLIT_FILES["train"]: "1350b91ed1ff0062ddae239123d8fc3949ab6e5d490293b2eedb02c4df7aa5ef",
+    SPLIT_FILES["dev"]: "1a602de5700452f5d869790e4d310c0e9d97d07d7be5601e524419331ef99b0e",
+    SPLIT_FILES["test"]: "6461ca86cf5d4c810cbbc3a7dd5a4ef0900b7306aba17dfa9b96e93f3afc452d",
+    IMAGES: "f543c64aa498fab56dd0b4a8f62846c2e8dddac76b7d89aa47f75816f1cba6cb",
+}
 _LINE = re.compile(r"^(?P<name>\S+?)#(?P<k>\d+)\s+(?P<caption>.*)$")
 
 
@@ -100,12 +117,44 @@ def image_files(directory: str | os.PathLike[str]) -> list[Path]:
   return files
 
 
-def load(directory: str | os.PathLike[str]
+def images_digest(files: Iterable[Path]) -> str:
+  """SHA-256 of the sorted ``sha256sum`` lines of the files, as
+  ``sha256sum -- *.jpg | LC_ALL=C sort | sha256sum`` computes it (names count)."""
+  lines = sorted(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in files)
+  return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def verify(directory: Path, images: list[Path], checksums: Mapping[str, str]) -> None:
+  """DataError, one line naming the file, unless every file of ``checksums``
+  has its SHA-256 (images/: ``images_digest``)."""
+  for name, want in checksums.items():
+    path = directory / name
+    try:
+      if name == IMAGES:
+        got = images_digest(images)
+      else:
+        _read_text(path)  # missing: the loader's own message
+        got = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:
+      raise DataError(f"{path}: cannot read it ({reason(e)})") from e
+    if got != want:
+      what = f"digest of its {len(images)} .jpg files" if name == IMAGES else "SHA-256"
+      raise DataError(f"{path}: {what} is {got}, expected {want} (truncated, corrupt or "
+                      f"another version; see the README of {NAME})")
+
+
+def load(directory: str | os.PathLike[str], checksums: Mapping[str, str] | None = None
          ) -> tuple[dict[str, list[Path]], dict[str, tuple[str, ...]]]:
   """(split -> image files, image name -> 5 captions) of a Flickr8k folder;
-  every image must have its 5 captions."""
+  every image must have its 5 captions. ``checksums`` (file name, or IMAGES,
+  -> SHA-256) default to ``SHA256`` for a folder named ``flickr8k_1k``, to
+  none for another; ``{}`` checks nothing."""
   directory = Path(directory)
-  files = {p.name: p for p in image_files(directory)}
+  images = image_files(directory)
+  if checksums is None:
+    checksums = SHA256 if directory.name == NAME else {}
+  verify(directory, images, checksums)
+  files = {p.name: p for p in images}
   captions = read_captions(directory / TOKEN_FILE)
   missing = sorted(set(files) - set(captions))
   if missing:

@@ -61,6 +61,13 @@ reader wrote is not read); cache_dir is ``cache_dir``, else
 ``$LNORM_CACHE_DIR``, else ``$XDG_CACHE_HOME/lnorm``, else ``~/.cache/lnorm``
 (as the native kernels').
 The cache holds the whole database: it must stay out of the repository.
+It is written to a temporary file and renamed into place (a kill never
+leaves half a cache); every array of it is read back in full, so that the
+zip's CRCs are checked, and its shapes are checked against each other. A
+damaged cache is parsed again and rewritten, with a one-line notice naming
+it; a cache folder that cannot be written is found before the parse (not
+after it) and skipped with a one-line warning: the run goes on, parsing
+every time.
 """
 
 from __future__ import annotations
@@ -70,15 +77,16 @@ import hashlib
 import os
 from pathlib import Path
 import re
-import tarfile
 from typing import Iterator, Mapping
 import xml.etree.ElementTree as ET
+import zipfile
 import zlib
 
 import numpy as np
 
 from lnorm.data import DataError
-from lnorm.data.files import reason, resolve_data_dir
+from lnorm.data.files import (atomic_write, note, reason, resolve_data_dir, sha256_file, tar_files,
+                              unwritable)
 
 NAME = "iam_ondb"
 SPLITS = ("train", "valid", "test")
@@ -166,15 +174,9 @@ class _Source:
         if p.is_file():
           yield p.relative_to(root).as_posix(), p.read_bytes()
       return
-    try:
-      with tarfile.open(self.path, "r:gz") as tf:
-        for m in tf:
-          if m.isfile():
-            f = tf.extractfile(m)
-            yield m.name, f.read() if f is not None else b""
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-      raise DataError(f"{self.path}: cannot read it, truncated or corrupt "
-                      f"({reason(e)}); delete it and {_how(self.path.parent)}") from e
+    # Read to the end of the gzip stream: its CRC is checked even without
+    # the archive's SHA-256 (verify=False).
+    yield from tar_files(self.path, f"delete it and {_how(self.path.parent)}")
 
 
 def _how(where: Path) -> str:
@@ -190,14 +192,6 @@ def _find_source(directory: Path, kind: str) -> _Source:
   raise DataError(f"{archive} not found (nor {folder}/); {_how(directory)}")
 
 
-def _sha256_file(path: Path) -> str:
-  h = hashlib.sha256()
-  with path.open("rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      h.update(block)
-  return h.hexdigest()
-
-
 def content_digest(members: Iterator[tuple[str, bytes]]) -> str:
   """SHA-256 over each file's relative path and the SHA-256 of its bytes, in
   sorted order: the same for an archive and its extracted folder."""
@@ -209,7 +203,7 @@ def content_digest(members: Iterator[tuple[str, bytes]]) -> str:
 
 def _checksum(src: _Source, verify: bool, checksums: Mapping[str, str] | None) -> str:
   """The source's checksum (archive SHA-256 or content digest), verified."""
-  got = _sha256_file(src.path) if src.is_archive else content_digest(src.members())
+  got = sha256_file(src.path) if src.is_archive else content_digest(src.members())
   if verify:
     table = checksums if checksums is not None else (SHA256 if src.is_archive else CONTENT_SHA256)
     want = table.get(src.kind, "")
@@ -313,27 +307,39 @@ def _parse(strokes: _Source, ascii_src: _Source) -> _Parsed:
 
 
 def _save(path: Path, p: _Parsed) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
   small = np.abs(p.rows).max(initial=0) < 2**15
-  with tmp.open("wb") as f:
-    np.savez(f, version=CACHE_VERSION, ids=np.asarray(p.ids), texts=np.asarray(p.texts),
-             rows=p.rows.astype(np.int16 if small else np.int32), starts=p.starts,
-             skipped=np.asarray(p.skipped, dtype=str),
-             placeholders=np.asarray(p.placeholders, dtype=str), num_files=p.num_files)
-  os.replace(tmp, path)  # a reader never sees half a cache
+  atomic_write(path, lambda f: np.savez(
+      f, version=CACHE_VERSION, ids=np.asarray(p.ids), texts=np.asarray(p.texts),
+      rows=p.rows.astype(np.int16 if small else np.int32), starts=p.starts,
+      skipped=np.asarray(p.skipped, dtype=str),
+      placeholders=np.asarray(p.placeholders, dtype=str), num_files=p.num_files))
 
 
 def _load_cache(path: Path) -> _Parsed | None:
+  """The cached parse; None if there is none, or if it is damaged (said in
+  one line naming it: the caller parses again and rewrites it)."""
+  if not path.is_file():
+    return None
   try:
-    with np.load(path) as z:
+    with np.load(path, allow_pickle=False) as z:
       if int(z["version"]) != CACHE_VERSION:
-        return None
-      return _Parsed([str(s) for s in z["ids"]], [str(s) for s in z["texts"]],
-                     z["rows"].astype(np.int32), z["starts"], [str(s) for s in z["skipped"]],
-                     [str(s) for s in z["placeholders"]], int(z["num_files"]))
-  except (OSError, KeyError, ValueError, EOFError, zlib.error):
-    return None  # unreadable: parse again and overwrite
+        raise ValueError(f"layout version {int(z['version'])}, not {CACHE_VERSION}")
+      p = _Parsed([str(s) for s in z["ids"]], [str(s) for s in z["texts"]],
+                  z["rows"].astype(np.int32), z["starts"], [str(s) for s in z["skipped"]],
+                  [str(s) for s in z["placeholders"]], int(z["num_files"]))
+    n = len(p.ids)
+    if (len(p.texts) != n or p.starts.shape != (n + 1,) or p.rows.ndim != 2
+        or p.rows.shape[1] != 3 or p.starts[0] != 0 or p.starts[-1] != len(p.rows)
+        or np.any(np.diff(p.starts) < 0)):
+      raise ValueError("its arrays disagree in size")
+  # A flipped bit shows as a bad CRC (BadZipFile), a bad header (ValueError,
+  # KeyError) or a short read (EOFError, OSError).
+  except (OSError, EOFError, KeyError, ValueError, TypeError, IndexError, zlib.error,
+          zipfile.BadZipFile) as e:
+    note(f"{path}: the IAM-OnDB parse cache is damaged ({reason(e)}); parsing the files "
+         "again and rewriting it")
+    return None
+  return p
 
 
 # ------------------------------------------------------------------ splits
@@ -425,12 +431,21 @@ def load(data_dir: str | os.PathLike[str] | None = None,
   official = _official_split(directory)
   key = cache_key(*(_checksum(s, verify, checksums) for s in (strokes, ascii_src)))
   cache = cache_root(cache_dir) / NAME / f"parsed-{key}.npz"
-  parsed = _load_cache(cache) if use_cache and cache.is_file() else None
+  parsed = _load_cache(cache) if use_cache else None
   from_cache = parsed is not None
   if parsed is None:
+    # Whether the cache can be written is found now, not after the parse.
+    why = unwritable(cache.parent) if use_cache else None
+    if why is not None:
+      note(f"warning: cannot write the IAM-OnDB parse cache in {cache.parent} ({why}); "
+           "parsing without it, on every run (set LNORM_CACHE_DIR to a writable folder)")
     parsed = _parse(strokes, ascii_src)
-    if use_cache:
-      _save(cache, parsed)
+    if use_cache and why is None:
+      try:
+        _save(cache, parsed)
+      except OSError as e:  # a full disk, say: the parse is good, the cache is not needed
+        note(f"warning: cannot write the IAM-OnDB parse cache {cache} ({reason(e)}); "
+             "going on without it")
   sides = _assign(parsed.ids, official)
   train = [k for k, s in enumerate(sides) if s == "train"]
   if not train:

