@@ -3,71 +3,102 @@ training anything: the records are copied into a scratch runs folder, where
 ``reproduce.py`` counts them as finished, and the target collects them.
 
   python scripts/redraw.py fig5 --preset cpu        # results/fig5_cpu/fig5.png
-  python scripts/redraw.py fig6 --preset paper --seeds 3
+  python scripts/redraw.py fig6 --preset paper
+  python scripts/redraw.py fig5 --preset cpu --out /tmp/fig5   # all of it, elsewhere
 
-Only the figures are kept: the records and results.md in results/ are put back
-as they were (a results.md is rewritten only by a real ``reproduce.py`` run).
-A record older than a config field counts as finished all the same
-(``scripts/paper/runs.finished``). Should anything still need training, the
-script stops with one line instead.
+The seeds are the records' own (a committed 3-seed target redraws with its 3
+seeds; ``--seeds`` only to check a record set against a count). The target is
+written into a scratch folder, under the command that made the committed
+one; only its figures (the ``*.png`` beside results.md) are copied into the
+results folder: the records and results.md there are left as they are (a
+results.md is rewritten only by a real ``reproduce.py`` run). ``--out DIR``
+writes the whole redrawn folder (results.md, figures, records) to DIR
+instead and leaves the results folder alone: ``diff -r`` against the committed
+folder then shows what a redraw would change. A record older than a config
+field counts as finished all the same (``scripts/paper/runs.record_state``);
+a record set with a run missing or incomplete (a metrics line that does not
+parse, no final evaluation) is refused in one line, as is a target that would
+train.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 import shutil
-import subprocess
 import sys
 import tempfile
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scripts import reproduce  # noqa: E402  pylint: disable=wrong-import-position
-
-class WouldTrain(Exception):
-  pass
-
-
-_POPEN = subprocess.Popen
+# pylint: disable=wrong-import-position
+from scripts import reproduce  # noqa: E402
+from scripts.paper import runs  # noqa: E402
 
 
-def _no_training(cmd, **kw):
-  if "experiments.main" in map(str, cmd):
-    raise WouldTrain(" ".join(map(str, cmd)))
-  return _POPEN(cmd, **kw)
+def record_seeds(src: Path) -> int:
+  """How many seeds the records in ``src`` span: seed s is workdir
+  ``<run>_seed<s>`` beside ``<run>`` (the config's seed), so the count is the
+  highest seed less the lowest, plus one."""
+  seeds = []
+  for d in sorted(src.iterdir()):
+    try:
+      seeds.append(int(json.loads((d / "config.json").read_text())["config"]["seed"]))
+    except (OSError, ValueError, KeyError, TypeError):
+      continue  # not a record (a figure, results.md); a damaged one is refused later
+  return max(seeds) - min(seeds) + 1 if seeds else 1
 
 
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("target", choices=sorted(reproduce.TARGETS))
   p.add_argument("--preset", default="paper", choices=("paper", "cpu", "smoke"))
-  p.add_argument("--seeds", default=1, type=int)
+  p.add_argument("--seeds", default=None, type=int,
+                 help="seeds per run (default: as many as the records hold)")
+  p.add_argument("--results_dir", default=REPO / "results", type=Path,
+                 help="the folder of committed results (default results/)")
+  p.add_argument("--out", default=None, type=Path,
+                 help="write the whole redrawn target here, not its figures into results/")
   a = p.parse_args(argv)
   name = a.target + ("" if a.preset == "paper" else f"_{a.preset}")
-  src = REPO / "results" / name
+  src = a.results_dir / name
+  if a.target == "geometry":
+    print("error: geometry has no figures and no records to redraw from", file=sys.stderr)
+    return 1
   if not src.is_dir():
     print(f"error: {src} not found: nothing committed to redraw", file=sys.stderr)
     return 1
+  if a.out is not None and (line := runs.check_writable(a.out, "--out")) is not None:
+    print(line, file=sys.stderr)
+    return 1
+  seeds = a.seeds if a.seeds is not None else record_seeds(src)
   with tempfile.TemporaryDirectory() as tmp:
-    runs = Path(tmp) / a.target / a.preset
+    scratch = Path(tmp) / "runs" / a.target / a.preset
     for d in (d for d in src.iterdir() if (d / "config.json").is_file()):
-      shutil.copytree(d, runs / d.name)
-    subprocess.Popen = _no_training  # reproduce.py starts its runs with it
+      shutil.copytree(d, scratch / d.name)
+    # The committed folder's command: results.md reads as committed.
+    argv = [a.target, "--preset", a.preset, "--runs_dir", str(Path(tmp) / "runs"),
+            "--results_dir", "results"] + (["--seeds", str(seeds)] if seeds > 1 else [])
+    args = reproduce.parse(argv)
+    args.write_dir = Path(tmp) / "out"
+    args.no_training = src  # a run without a whole record is refused, not trained
     try:
-      reproduce.main([a.target, "--preset", a.preset, "--runs_dir", tmp,
-                      "--results_dir", "results", "--seeds", str(a.seeds)])
-    except WouldTrain as e:
-      print(f"error: a record is missing or of another config; this would train: {e}",
-            file=sys.stderr)
-      return 1
-    finally:
-      subprocess.Popen = _POPEN
-      # The records and tables as committed; only the figures are new.
-      subprocess.run(("git", "checkout", "--", f"results/{name}/*.md",
-                      f"results/{name}/*/config.json", f"results/{name}/*/metrics.jsonl"),
-                     cwd=REPO, capture_output=True)
+      reproduce.run(args)
+    except SystemExit as e:
+      if e.code not in (None, 0):
+        print(e.code if isinstance(e.code, str) else f"error: exit {e.code}", file=sys.stderr)
+        return 1
+      raise
+    made = runs.out_dir(args)
+    if a.out is not None:
+      shutil.copytree(made, a.out, dirs_exist_ok=True)
+      print(f"redrawn into {a.out}")
+      return 0
+    for f in sorted(made.glob("*.png")):
+      shutil.copy2(f, src / f.name)
+      print(f"redrew {src / f.name}")
   return 0
 
 

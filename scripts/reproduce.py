@@ -35,6 +35,14 @@ results.md that says which runs are recorded and which are still to run;
 (one an earlier sitting committed) as done, for a run with an empty workdir,
 so the last sitting writes the tables without running it again. It is opt-in:
 a committed record may come from older code or data.
+
+Before the first run: the results and runs folders must be writable (or
+creatable), every run to be started must have its data
+(``scripts/paper/inputs.py``) and no other process may hold its workdir;
+else one line and exit 1. The runs die with this process (a ``kill -9``
+included: they get SIGTERM and stop at a safe point, resumable). A run that
+ends without a whole record stops the target in one line naming it: tables
+and figures are made only from complete records.
 """
 
 from __future__ import annotations
@@ -43,12 +51,13 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 # pylint: disable=wrong-import-position
 from scripts.paper import convnet, fig2, fig4, fig5, fig6, geometry, table1, table2, table3  # noqa: E402
 from scripts.paper import transformer  # noqa: E402
-from scripts.paper.runs import out_dir  # noqa: E402
+from scripts.paper.runs import check_writable, out_dir, results_dir  # noqa: E402
 
 # One module a table or figure (scripts/paper/); each target is a function of
 # the parsed arguments that runs what it needs and writes its results.md.
@@ -60,7 +69,7 @@ TARGETS = {"table1": table1.table1, "fig6_lr": fig6.fig6_lr, "fig6": fig6.fig6,
 SEEDED = {"fig6", "convnet", "fig4", "fig2", "fig5", "table2", "table3", "transformer"}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("target", choices=sorted(TARGETS))
   p.add_argument("--preset", default="paper", choices=("paper", "cpu", "smoke"))
@@ -87,10 +96,27 @@ def main(argv: list[str] | None = None) -> None:
             f"{', '.join(sorted(SEEDED))}")
   if (args.only or args.adopt_results) and args.target == "geometry":
     p.error("--only and --adopt_results are for targets that train runs; geometry trains none")
+  return args
+
+
+def run(args: argparse.Namespace) -> None:
+  """Runs the target of ``args``, after checking where it writes: a results
+  folder that is a file or read-only fails here, not after every run."""
+  res = getattr(args, "write_dir", None) or results_dir(args)
+  where = [] if args.target == "geometry" else [(REPO / args.runs_dir, "--runs_dir")]
+  where += [(REPO / res, "--results_dir" if args.results_dir is not None else "results folder"),
+            (out_dir(args), "results folder")]
+  for directory, flag in where:
+    if (line := check_writable(directory, flag)) is not None:
+      sys.exit(line + ". Nothing was run")
   TARGETS[args.target](args)
   print(f"results in {out_dir(args)}"
         + ("" if args.results_dir is not None else
            " (a scratch folder; --results_dir results rewrites the committed results)"))
+
+
+def main(argv: list[str] | None = None) -> None:
+  run(parse(argv))
 
 
 if __name__ == "__main__":

@@ -13,24 +13,64 @@ import pytest
 from tests.run_records import REPO
 
 
-@pytest.mark.slow
-def test_a_failed_run_stops_the_target_and_writes_no_results(tmp_path):
+def test_a_failed_run_stops_the_target_and_writes_no_results(tmp_path, monkeypatch):
   # fig4 has three runs; with --jobs 2 the first two start together and both
-  # fail at once (no data), so the third must never start.
-  (tmp_path / "empty").mkdir()
+  # fail at once, so the third must never start.
+  from scripts import reproduce
+  from scripts.paper import runs
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/draw.py:smoke")
+  FakeFailedRun.commands = []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeFailedRun)
+  with pytest.raises(SystemExit) as stop:
+    reproduce.main(["fig4", "--preset", "smoke", "--jobs", "2", "--runs_dir",
+                    str(tmp_path / "runs"), "--results_dir", str(tmp_path / "results")])
+  assert stop.value.code == "error: run(s) none, layer_c failed; rerun the same command to resume"
+  assert [workdir_name(c) for c in FakeFailedRun.commands] == ["none", "layer_c"]
+  assert not (tmp_path / "results").exists()
+
+
+def test_a_target_lacking_data_stops_before_its_first_run(tmp_path, monkeypatch):
+  """convnet reads MNIST, then Fashion-MNIST: without the second it stops
+  before the first MNIST run, naming what is missing and how to get it."""
+  from scripts import reproduce
+  from scripts.paper import runs
+  data = tmp_path / "data"
+  fake_inputs(monkeypatch, data, "configs/convnet.py:smoke", overrides=({"dataset": "mnist"},))
+  FakeRun.commands = []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  with pytest.raises(SystemExit) as stop:
+    reproduce.main(["convnet", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
+                    "--results_dir", str(tmp_path / "res")])
+  assert stop.value.code == (
+      f"error: convnet needs {data}/fashion_mnist/train-images-idx3-ubyte.gz (and 3 more), "
+      f"not found; get it with `python scripts/download_data.py fashion_mnist --data_dir {data}`"
+      ", or set LNORM_DATA_DIR to a directory holding fashion_mnist/, or use "
+      "data_source='tfds'. Nothing was run")
+  assert FakeRun.commands == [] and not (tmp_path / "runs" / "convnet").exists()
+  # From the command line: one line, exit 1 (fig4: binarized MNIST, none there).
   p = subprocess.run(
-      [sys.executable, "scripts/reproduce.py", "fig4", "--preset", "smoke", "--jobs", "2",
-       "--runs_dir", str(tmp_path / "runs"), "--results_dir", str(tmp_path / "results")],
+      [sys.executable, "scripts/reproduce.py", "fig4", "--preset", "smoke", "--runs_dir",
+       str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")],
       cwd=REPO, capture_output=True, text=True, timeout=300,
       env={**os.environ, "LNORM_DATA_DIR": str(tmp_path / "empty")})
   assert p.returncode == 1
-  assert p.stderr.strip().splitlines()[-1] == (
-      "error: run(s) none, layer_c failed; rerun the same command to resume")
-  logs = tmp_path / "runs" / "fig4" / "smoke"
-  for name in ("none", "layer_c"):
-    assert "binarized_mnist_train.amat.gz not found" in (logs / f"{name}.log").read_text()
-  assert not (logs / "layer.log").exists()
-  assert not (tmp_path / "results").exists()
+  assert p.stderr.splitlines() == [
+      f"error: fig4 needs {tmp_path}/empty/binarized_mnist/binarized_mnist_train.amat.gz (and 2 "
+      f"more), not found; get it with `python scripts/download_data.py binarized_mnist "
+      f"--data_dir {tmp_path}/empty`, or set LNORM_DATA_DIR to a directory holding "
+      "binarized_mnist/, or use data_source='tfds'. Nothing was run"]
+  assert not (tmp_path / "runs" / "fig4").exists() and not (tmp_path / "res").exists()
+
+
+def test_every_experiment_lists_its_inputs_in_the_loaders_layout():
+  from experiments import order_embeddings
+  from lnorm.data import books, bytes_lm
+  from scripts.paper import inputs, runs
+  assert (inputs.NOVELS, inputs.GUTENBERG) == (bytes_lm.NOVELS, books.GUTENBERG)
+  assert inputs.FEATURES_NAME == order_embeddings.FEATURES_NAME
+  for config in sorted((REPO / "configs").glob("[!_]*.py")):
+    c = runs.config_dict(f"configs/{config.name}", "cpu", {})
+    assert c["experiment"] in inputs.NEEDS, config.name
 
 
 def test_runs_side_by_side_share_the_cores_among_their_blas_threads(tmp_path, monkeypatch):
@@ -46,6 +86,7 @@ def test_runs_side_by_side_share_the_cores_among_their_blas_threads(tmp_path, mo
   monkeypatch.setenv("MKL_NUM_THREADS", "5")
   FakeRun.commands, FakeRun.envs = [], []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
   reproduce.main(["fig6", "--preset", "smoke", "--jobs", "2", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   share = str(max(1, os.cpu_count() // 2))
@@ -75,6 +116,61 @@ def test_train_nll_table_reads_the_epochs_and_the_first_crossings():
 _REAL_POPEN = subprocess.Popen
 
 
+def full_config(cmd: list[str]) -> tuple[dict[str, str], dict]:
+  """The flags of an ``experiments.main`` command, and the whole config its run
+  records (the preset's, with the overrides as their fields' types), as JSON."""
+  from scripts.paper import runs
+  flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
+  path, preset = flags["config"].rsplit(":", 1)
+  config = runs.config_dict(path, preset, {})
+  for k, v in flags.items():
+    if k.startswith("config."):
+      k = k[len("config."):]
+      config[k] = (v == "True") if isinstance(config[k], bool) else type(config[k])(v)
+  return flags, config
+
+
+def fake_inputs(monkeypatch, root: Path, *configs: str, overrides=({},)) -> None:
+  """Points $LNORM_DATA_DIR and $LNORM_CACHE_DIR into ``root`` and puts an empty
+  stand-in for each input (scripts/paper/inputs.py) that the runs of
+  ``configs`` ("path:preset"), with each of ``overrides``, read: enough for
+  reproduce.py's check before a target's first run, which fake runs pass."""
+  from scripts.paper import inputs, runs
+  monkeypatch.setenv("LNORM_DATA_DIR", str(root))
+  monkeypatch.setenv("LNORM_CACHE_DIR", str(root / "cache"))
+  for spec in configs:
+    for o in overrides:
+      for paths, _ in inputs.missing(runs.config_dict(*spec.rsplit(":", 1), o)):
+        p = paths[0]
+        if p.suffix:  # a file: an archive, IDX, text
+          p.parent.mkdir(parents=True, exist_ok=True)
+          p.touch()
+        else:  # a folder of files
+          p.mkdir(parents=True, exist_ok=True)
+
+
+def spread_epochs(records: list[dict], num_epochs: int) -> list[dict]:
+  """``records``, evaluated at even fractions of ``num_epochs`` epochs: the
+  last at the run's end, as a finished run's."""
+  return [{**r, "epoch": num_epochs * (i + 1) / len(records)} for i, r in enumerate(records)]
+
+
+def workdir_name(cmd: list[str]) -> str:
+  return next(a for a in cmd if a.startswith("--workdir=")).rsplit("/", 1)[-1]
+
+
+class FakeFailedRun:
+  """A run that fails at once (exit 1), writing nothing."""
+  commands: list[list[str]] = []
+
+  def __init__(self, cmd, **_):
+    FakeFailedRun.commands.append(cmd)
+    self.returncode = 1
+
+  def poll(self):
+    return self.returncode
+
+
 class FakeRun:
   """Stands in for ``experiments.main``: writes a run's config.json and
   metrics.jsonl (test error 0.02 * (seed + 1) / epoch) into its workdir."""
@@ -91,10 +187,8 @@ class FakeRun:
   def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
     FakeRun.envs.append(kw.get("env") or {})
-    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
-    config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
-    config["learning_rate"] = float(config["learning_rate"])
-    seed = int(config.setdefault("seed", 0))
+    flags, config = full_config(cmd)
+    seed = config["seed"]
     wd = Path(flags["workdir"])
     wd.mkdir(parents=True)
     (wd / "config.json").write_text(json.dumps(
@@ -103,7 +197,7 @@ class FakeRun:
     (wd / "metrics.jsonl").write_text("".join(json.dumps(
         {"step": 10 * e, "epoch": e, "train_nll": 1.0 / (e + seed), "test_error": 0.02 * (seed + 1) / e,
          "epoch_time_s": 1.0 + seed, "examples_per_sec": 100.0 * (seed + 1)}) + "\n"
-        for e in (1, 2)))
+        for e in (1, 2)))  # the smoke preset's 2 epochs
     self.returncode = 0
 
   def poll(self):
@@ -115,6 +209,7 @@ def test_seeds_run_in_their_own_workdirs_and_tables_give_mean_and_sd(tmp_path, m
   from scripts.paper import runs
   FakeRun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
   reproduce.main(["fig6", "--preset", "smoke", "--seeds", "3", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   # The config's seed (0) keeps the one-seed workdir; the others are named.
@@ -155,6 +250,7 @@ def test_results_go_to_a_scratch_folder_unless_told(tmp_path, monkeypatch):
   from scripts import reproduce
   from scripts.paper import runs
   monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
   reproduce.main(["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs")])
   md = (tmp_path / "runs" / "results" / "fig6_smoke" / "results.md").read_text()
   assert "Command: `python scripts/reproduce.py fig6 --preset smoke`" in md
@@ -216,7 +312,8 @@ class FakeReaderRun:
     wd.mkdir(parents=True)
     (wd / "config.json").write_text(json.dumps(
         {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
-    (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in self.metrics(config)))
+    (wd / "metrics.jsonl").write_text("".join(
+        json.dumps(r) + "\n" for r in spread_epochs(self.metrics(config), config["num_epochs"])))
     self.returncode = 0
 
   def metrics(self, config: dict) -> list[dict]:
@@ -251,6 +348,7 @@ def test_fig2_reports_best_valid_levels_and_baselines_and_names_the_stand_in(tmp
                   entities=(("@entity0", "A"), ("@entity1", "B")))
   write_questions(tmp_path, [q])
   monkeypatch.setattr(runs.subprocess, "Popen", FakeReaderRun)
+  fake_inputs(monkeypatch, tmp_path)  # write_questions put the stand-ins there
   reproduce.main(["fig2", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   md = (tmp_path / "res" / "fig2_smoke" / "results.md").read_text()
@@ -320,6 +418,7 @@ def test_fig2_with_seeds_gives_mean_and_sd_and_judges_the_claims_seed_by_seed(tm
                   "@entity2", ents)])
   FakeSeededReaderRun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeSeededReaderRun)
+  fake_inputs(monkeypatch, tmp_path)
   reproduce.main(["fig2", "--preset", "smoke", "--seeds", "2", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   # The runs Figure 2 compares get both seeds; the gain and BN-everywhere variants one.
@@ -449,6 +548,7 @@ def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
   (wd / "config.json").write_text(json.dumps(record))
   FakeRun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
   reproduce.main(["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   launched = [next(a for a in cmd if a.startswith("--workdir=")).rsplit("/", 1)[-1]
@@ -485,20 +585,17 @@ class FakeHandwritingRun(FakeRun):
   def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
     FakeRun.envs.append(kw.get("env") or {})
-    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
-    config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
-    seed = int(config.setdefault("seed", 0))
+    flags, config = full_config(cmd)
+    seed = config["seed"]
     wd = Path(flags["workdir"])
     wd.mkdir(parents=True)
-    full = __import__("configs.handwriting", fromlist=["x"]).get_config("smoke").to_dict()
     (wd / "config.json").write_text(json.dumps(
-        {"config": {**json.loads(json.dumps(full)), **config, "seed": seed},
-         "git_commit": "abc", "versions": {"jax": "x"}}))
+        {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
     fall = 30.0 if config["norm"] == "layer" else 20.0
-    (wd / "metrics.jsonl").write_text("".join(json.dumps(
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in spread_epochs([
         {"step": 100 * i, "epoch": i, "valid_nll": -10.0 * seed - fall * i,
          "valid_nll_point": -1.0, "test_nll": -fall * i, "train_nll": -fall * i,
-         "epoch_time_s": 50.0}) + "\n" for i in range(1, 5)))
+         "epoch_time_s": 50.0} for i in range(1, 5)], config["num_epochs"])))
     for f in ("samples.png", "attention.png"):
       (wd / f).write_bytes(b"\x89PNG")
     self.returncode = 0
@@ -509,6 +606,7 @@ def test_fig5_with_seeds_judges_the_claim_seed_by_seed(tmp_path, monkeypatch):
   from scripts.paper import runs
   FakeRun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeHandwritingRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/handwriting.py:smoke")
   reproduce.main(["fig5", "--preset", "smoke", "--seeds", "3", "--runs_dir", str(tmp_path / "runs"),
                   "--results_dir", str(tmp_path / "res")])
   assert len(FakeRun.commands) == 6
@@ -538,6 +636,7 @@ def test_a_target_split_across_sittings_with_only_and_adopt_results(tmp_path, mo
   from scripts import reproduce
   from scripts.paper import runs
   monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
   res = tmp_path / "res"
   base = ["fig6", "--preset", "smoke", "--results_dir", str(res)]
   FakeRun.commands = []
@@ -561,15 +660,14 @@ def test_a_target_split_across_sittings_with_only_and_adopt_results(tmp_path, mo
   assert len(FakeRun.commands) == 6
   # With it, the recorded runs are adopted and the rest run; then the tables.
   (tmp_path / "b").rename(tmp_path / "b_old")
-  # The first sitting's records, as experiments.main writes them: the whole
-  # config (FakeRun keeps only its flags, as strings) and another commit.
-  from configs import pi_mnist
+  # The results folder as the first sitting committed it: its two records
+  # (another commit), not the other sitting's four.
+  import shutil  # pylint: disable=g-import-not-at-top
+  for name in ("none_b128", "batch_b128", "layer_b4", "batch_b4"):
+    shutil.rmtree(out / name)
   for name in ("layer_b128", "none_b4"):
     rec = json.loads((out / name / "config.json").read_text())
-    full = json.loads(json.dumps(pi_mnist.get_config("smoke").to_dict()))
-    full.update({k: type(full[k])(v) for k, v in rec["config"].items()})
-    (out / name / "config.json").write_text(json.dumps(
-        {**rec, "config": full, "git_commit": "first"}))
+    (out / name / "config.json").write_text(json.dumps({**rec, "git_commit": "first"}))
   FakeRun.commands = []
   reproduce.main([*base, "--runs_dir", str(tmp_path / "c"), "--adopt_results"])
   assert "layer_b128" not in launched() and "none_b4" not in launched()
@@ -605,15 +703,12 @@ class FakeSkipRun(FakeRun):
   def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
     FakeRun.envs.append(kw.get("env") or {})
-    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
-    config = {k[len("config."):]: v for k, v in flags.items() if k.startswith("config.")}
-    seed = int(config.setdefault("seed", 0))
+    flags, config = full_config(cmd)
+    seed = config["seed"]
     wd = Path(flags["workdir"])
     wd.mkdir(parents=True)
-    full = __import__("configs.skipthoughts", fromlist=["x"]).get_config("smoke").to_dict()
     (wd / "config.json").write_text(json.dumps(
-        {"config": {**json.loads(json.dumps(full)), **config, "seed": seed},
-         "git_commit": "abc", "versions": {"jax": "x"}}))
+        {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
     ln = config["norm"] == "layer"
     recs = []
     for i in (1, 2, 3):
@@ -626,7 +721,8 @@ class FakeSkipRun(FakeRun):
         r |= {"tfidf_SICK_r": 0.4 + 0.01 * seed, "tfidf_SICK_mse": 0.8, "tfidf_MR_acc": 0.62,
               "embmean_SICK_r": 0.45, "embmean_SICK_mse": 0.7, "embmean_MR_acc": 0.55}
       recs.append(r)
-    (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (wd / "metrics.jsonl").write_text("".join(
+        json.dumps(r) + "\n" for r in spread_epochs(recs, config["num_epochs"])))
     self.returncode = 0
 
 
@@ -636,6 +732,7 @@ def test_table3_with_seeds_gives_mean_and_sd_baseline_rows_and_claims_seed_by_se
   from scripts.paper import runs
   FakeRun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeSkipRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/skipthoughts.py:smoke")
   reproduce.main(["table3", "--preset", "smoke", "--seeds", "3", "--runs_dir",
                   str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")])
   assert [next(a for a in c if a.startswith("--workdir=")).rsplit("/", 1)[-1]
@@ -690,3 +787,256 @@ def test_table3_renders_one_seed_runs_made_before_the_baselines():
   assert "baseline:" not in md and "| Ours (GRU), Gutenberg stand-in | 5538 |" in md
   assert "| LN trains faster | evaluations at which LN's held-out NLL is lower |" in md
   assert table3.gru_vs_baselines({n: [m] for n, m in ms.items()}, ["SICK_r"]) == ""
+
+
+class FakeResume(FakeRun):
+  """A run started again in its workdir: as the run loop did before it
+  re-evaluated a damaged last record (nothing to train, exit 0), or with
+  ``reevaluate`` as it does now (the final evaluation written again)."""
+  reevaluate = False
+
+  def __new__(cls, cmd, **kw):
+    return FakeRun.__new__(cls, cmd, **kw)
+
+  def __init__(self, cmd, **kw):
+    wd = Path(dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))["workdir"])
+    if not wd.exists():
+      super().__init__(cmd, **kw)
+      return
+    FakeRun.commands.append(cmd)
+    if FakeResume.reevaluate:
+      good = [l for l in (wd / "metrics.jsonl").read_text().splitlines() if l.endswith("}")]
+      last = {**json.loads(good[0]), "step": 20, "epoch": 2, "test_error": 0.01,
+              "train_nll": 0.5}
+      (wd / "metrics.jsonl").write_text("".join(l + "\n" for l in good[:1]) + json.dumps(last)
+                                        + "\n")
+    self.returncode = 0
+
+
+def test_an_incomplete_record_is_run_again_and_never_tabled(tmp_path, monkeypatch):
+  """A metrics.jsonl whose last line is cut short (a full disk, a kill) is no
+  finished run: its command runs again, and while its record stays
+  incomplete the target stops, naming it, with no table or figure from the
+  records left."""
+  from scripts import reproduce
+  from scripts.paper import runs
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeResume)
+  argv = ["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"), "--results_dir",
+          str(tmp_path / "res")]
+  FakeResume.reevaluate = False
+  reproduce.main(argv)
+  out = tmp_path / "res" / "fig6_smoke"
+  md, png = (out / "results.md").read_text(), (out / "fig6.png").read_bytes()
+  row = lambda text: next(l for l in text.splitlines() if l.startswith("| Layer norm, batch 128 |"))
+  assert row(md).split(" | ")[1] == "0.0100"  # epoch 2: 0.02 / 2
+  wd = tmp_path / "runs" / "fig6" / "smoke" / "layer_b128"
+  text = (wd / "metrics.jsonl").read_text()
+  (wd / "metrics.jsonl").write_text(text[:-20])
+  FakeRun.commands = []
+  with pytest.raises(SystemExit) as stop:
+    reproduce.main(argv)
+  assert [workdir_name(c) for c in FakeRun.commands] == ["layer_b128"]
+  assert stop.value.code == (
+      f"error: run layer_b128 ended, but its record in {wd} is incomplete (metrics.jsonl line 2 "
+      "of 2 is not a whole record); no tables or figures are made from a partial set of records")
+  assert (out / "results.md").read_text() == md and (out / "fig6.png").read_bytes() == png
+  # Once the run writes its final record again, the table is the whole run's.
+  FakeResume.reevaluate = True
+  FakeRun.commands = []
+  reproduce.main(argv)
+  assert [workdir_name(c) for c in FakeRun.commands] == ["layer_b128"]
+  assert row((out / "results.md").read_text()).split(" | ")[1] == "0.0100"
+  FakeRun.commands = []
+  reproduce.main(argv)
+  assert FakeRun.commands == []  # finished now: not run again
+
+
+def test_a_finished_record_has_every_line_its_final_step_and_final_metrics(tmp_path):
+  from configs import pi_mnist
+  from scripts.paper import runs, table2
+  c = json.loads(json.dumps(pi_mnist.get_config("smoke").to_dict()))
+  wd = tmp_path / "wd"
+  wd.mkdir()
+  (wd / "config.json").write_text(json.dumps({"config": c}))
+  rec = lambda e, **extra: json.dumps({"step": 10 * e, "epoch": e, "train_nll": 1.0 / e,
+                                       "test_error": 0.1 / e, **extra})
+  state = lambda **kw: runs.record_state(wd, "configs/pi_mnist.py", "smoke", {}, **kw)
+  write = lambda *lines: (wd / "metrics.jsonl").write_text("".join(l + "\n" for l in lines))
+  write(rec(1), rec(2))
+  assert state() == ("finished", "")
+  write(rec(1)[:-3], rec(2))  # a damaged line anywhere
+  assert state() == (None, "metrics.jsonl line 1 of 2 is not a whole record")
+  write(rec(1), '{"epoch": 2}')  # no step: not a record of the run loop
+  assert state() == (None, "metrics.jsonl line 2 of 2 is not a whole record")
+  write(rec(1))
+  assert state() == (None, "its last record is at epoch 1, the run ends at epoch 2")
+  write(rec(1), json.dumps({"step": 20, "epoch": 2, "train_nll": 0.5}))
+  assert state() == (None, "its last record (step 20) lacks the final evaluation's test_error")
+  write(json.dumps({"step": 20, "epoch": 2}))
+  assert state() == (None, "its last record (step 20) lacks the final evaluation's metrics")
+  write()
+  assert state() == (None, "metrics.jsonl holds no record")
+  (wd / "metrics.jsonl").unlink()
+  assert state() == (None, "no metrics.jsonl")
+  write(rec(1), rec(2))
+  assert state(keep=("table1.md",)) == (None, "no table1.md")
+  # A stop that is a result (the transformer's divergence) needs no final step.
+  (wd / "diverged.json").write_text("{}")
+  write(rec(1))
+  assert state(stops=("diverged.json",)) == ("diverged", "")
+  # Order embeddings: the last step is num_epochs passes of the training images.
+  assert table2.final_step(wd, {"num_epochs": 200, "batch_size": 128}) is None  # no init file
+  (wd / "init_metrics.json").write_text(json.dumps({"num_images": {"train": 762}}))
+  assert table2.final_step(wd, {"num_epochs": 200, "batch_size": 128}) == 200 * (762 // 128)
+
+
+def test_results_and_runs_folders_are_checked_before_the_first_run(tmp_path, monkeypatch):
+  from scripts import reproduce
+  from scripts.paper import runs
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
+  FakeRun.commands = []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  afile = tmp_path / "afile"
+  afile.write_text("")
+  if os.geteuid() == 0:  # root writes through a folder's permissions; sysfs makes no files
+    ro, why = Path("/sys/lnorm_results"), "/sys: permission denied"
+  else:
+    ro = tmp_path / "ro"
+    ro.mkdir(0o555)
+    why = f"{ro}: permission denied"
+  for flag, path, line in (
+      ("--results_dir", afile, f"error: --results_dir {afile} is a file"),
+      ("--results_dir", afile / "x", f"error: --results_dir {afile / 'x'} is under {afile}, "
+                                     "which is a file"),
+      ("--results_dir", ro, f"error: --results_dir {ro} is not writable ({why})"),
+      ("--runs_dir", afile, f"error: --runs_dir {afile} is a file")):
+    argv = ["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"), "--results_dir",
+            str(tmp_path / "res"), flag, str(path)]
+    with pytest.raises(SystemExit) as stop:
+      reproduce.main(argv)
+    assert stop.value.code.startswith(line + "; give a directory, new or writable. Nothing "
+                                      "was run"), stop.value.code
+  assert FakeRun.commands == []
+
+
+def test_a_workdir_another_process_holds_is_named_before_anything_runs(tmp_path, monkeypatch):
+  import fcntl
+  from scripts import reproduce
+  from scripts.paper import runs
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
+  FakeRun.commands = []
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  wd = tmp_path / "runs" / "fig6" / "smoke" / "batch_b4"
+  wd.mkdir(parents=True)
+  # As experiments/runner/workdir.py holds it: a flock, the holder's pid inside.
+  with open(wd / "lock", "w") as f:
+    f.write("4242\n")
+    f.flush()
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    argv = ["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"), "--results_dir",
+            str(tmp_path / "res")]
+    with pytest.raises(SystemExit) as stop:
+      reproduce.main(argv)
+    assert stop.value.code == (
+        f"error: run batch_b4's workdir {wd} is in use by another process (pid 4242), another "
+        "reproduce.py or experiments.main running it; wait for it to end, or use another "
+        "--runs_dir")
+    assert FakeRun.commands == []
+    assert runs.lock_holder(wd) == "4242"
+  # Let go (the process ended): a lock file alone holds nothing.
+  assert runs.lock_holder(wd) is None
+  (wd / "lock").unlink()
+  wd.rmdir()
+  reproduce.main(argv)
+  assert len(FakeRun.commands) == 6
+
+
+def _alive(pid: int) -> bool:
+  """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+  try:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+  except (FileNotFoundError, ProcessLookupError, IndexError):
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_runs_end_with_reproduce_killed_by_sigkill(tmp_path):
+  """kill -9 of reproduce.py leaves none of its runs training: here the run is
+  a process that writes its pid and sleeps."""
+  import signal
+  import time
+  pidfile = tmp_path / "run.pid"
+  script = tmp_path / "reproduce_with_a_sleeping_run.py"
+  script.write_text(f"""
+import subprocess, sys
+sys.path.insert(0, {str(REPO)!r})
+from scripts import reproduce
+from scripts.paper import runs
+real = subprocess.Popen
+sleeper = "import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+runs.subprocess.Popen = lambda cmd, **kw: real([sys.executable, "-c", sleeper], **kw)
+reproduce.main(["table1", "--runs_dir", {str(tmp_path / 'runs')!r},
+                "--results_dir", {str(tmp_path / 'res')!r}])
+""")
+  parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+  child = None
+  try:
+    deadline = time.monotonic() + 120
+    while not (pidfile.exists() and pidfile.read_text()):
+      assert parent.poll() is None, parent.stderr.read().decode()
+      assert time.monotonic() < deadline, "the run never started"
+      time.sleep(0.1)
+    child = int(pidfile.read_text())
+    assert _alive(child)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 60
+    while _alive(child) and time.monotonic() < deadline:
+      time.sleep(0.1)
+    assert not _alive(child), "the run outlived reproduce.py"
+  finally:
+    if parent.poll() is None:
+      parent.kill()
+    if child is not None and _alive(child):
+      os.kill(child, signal.SIGKILL)
+
+
+def test_redraw_uses_the_records_seeds_and_reproduces_the_committed_target(tmp_path):
+  """results/fig5_cpu holds 3 seeds; its own docstring's command drew one."""
+  from scripts import redraw
+  out = tmp_path / "fig5"
+  assert redraw.record_seeds(REPO / "results" / "fig5_cpu") == 3
+  assert redraw.main(["fig5", "--preset", "cpu", "--out", str(out)]) == 0
+  assert (out / "results.md").read_text() == (REPO / "results" / "fig5_cpu" / "results.md").read_text()
+  assert "Seeds: 3 per run." in (out / "results.md").read_text()
+  assert (out / "fig5.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_redraw_replaces_only_figures_and_refuses_a_partial_record_set(tmp_path, capsys):
+  import shutil
+  from scripts import redraw
+  res = tmp_path / "results"
+  shutil.copytree(REPO / "results" / "fig5_cpu", res / "fig5_cpu")
+  (res / "fig5_cpu" / "fig5.png").unlink()
+  committed = {p: p.read_bytes() for p in (res / "fig5_cpu").rglob("*") if p.is_file()}
+  assert redraw.main(["fig5", "--preset", "cpu", "--results_dir", str(res)]) == 0
+  assert (res / "fig5_cpu" / "fig5.png").read_bytes().startswith(b"\x89PNG")
+  assert {p: p.read_bytes() for p in committed} == committed  # records and results.md as they were
+  (res / "fig5_cpu" / "fig5.png").unlink()
+  m = res / "fig5_cpu" / "layer_seed1" / "metrics.jsonl"
+  m.write_text(m.read_text()[:-20])
+  capsys.readouterr()
+  assert redraw.main(["fig5", "--preset", "cpu", "--results_dir", str(res)]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == [f"error: {res}/fig5_cpu/layer_seed1 is not a whole record of fig5 (metrics.jsonl "
+                 "line 17 of 17 is not a whole record); redraw.py draws from whole records only "
+                 "and trains nothing"]
+  assert not (res / "fig5_cpu" / "fig5.png").exists()
+  m.write_bytes(committed[m])
+  shutil.rmtree(res / "fig5_cpu" / "none_seed2")
+  assert redraw.main(["fig5", "--preset", "cpu", "--results_dir", str(res)]) == 1
+  assert capsys.readouterr().err.strip() == (
+      f"error: {res}/fig5_cpu/none_seed2 is not a whole record of fig5 (no config.json); "
+      "redraw.py draws from whole records only and trains nothing")

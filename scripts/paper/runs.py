@@ -4,15 +4,20 @@ of a results.md, and the tables and curves several targets print."""
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import importlib.util
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from experiments.runner import figures
 
@@ -23,7 +28,7 @@ TIME_NOTE = ("\nTrain time: the training epochs' seconds, summed. It leaves out 
 
 
 def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
-            single=()) -> dict:
+            single=(), final_step=None) -> dict:
   """Runs (or resumes) each of ``runs`` ({key: (name, overrides)}), each with
   ``--seeds`` seeds, up to ``--jobs`` at a time, then copies each run's record
   into the results folder and returns the records by key: the first seed's,
@@ -32,6 +37,14 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
   ``<name>.log`` beside its workdir. A workdir that holds a finished record
   of the same config is not run again (:func:`finished`).
 
+  Before the first run starts, the data of every run to be started is checked
+  (scripts/paper/inputs.py), and so is each workdir's lock: a missing data
+  set, or a workdir another process is running, is one line then, not after
+  hours of the other runs. A run that ends (exit 0) without a whole record
+  (:func:`record_state`: every metrics line parses, the last is the final
+  step's, with the final evaluation's metrics) stops the target with one line
+  naming it: no table or figure is made from a partial set of records.
+
   A target too long for one sitting is split across sittings or machines:
   ``--only a,b`` runs those of its runs alone, copies their records into the
   results folder and stops before the tables (results.md then says which runs
@@ -39,11 +52,15 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
   record found there (one committed by an earlier sitting) as done, for a run
   whose workdir holds nothing.
 
-  ``keep``: files every run writes beside its metrics, copied too;
-  ``optional``: files a run may write, copied where they exist; ``stops``:
-  {exit status: file}, the ways a run may end early that are results, not
-  failures (the transformer's NaN stop: exit 3, diverged.json). Any other
-  non-zero exit stops the target before its tables.
+  ``keep``: files every run writes beside its metrics, copied too (a record
+  without them is not finished); ``optional``: files a run may write, copied
+  where they exist; ``stops``: {exit status: file}, the ways a run may end
+  early that are results, not failures (the transformer's NaN stop: exit 3,
+  diverged.json). Any other non-zero exit stops the target before its tables.
+  ``final_step``: (workdir, config) -> the run's last step, for runs whose
+  step count the config alone does not give (order embeddings: epochs of the
+  data's passes); by default ``num_steps``, or ``num_epochs`` read from the
+  records' ``epoch``.
 
   ``single``: keys of ``runs`` that run at the first seed only (as one-seed runs do)."""
   stops = stops or {}
@@ -55,16 +72,18 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
     sys.exit(f"error: --only names no run of {args.target} (--seeds {args.seeds}): "
              f"{', '.join(unknown)}; its runs: {', '.join(name for name, _ in every)}")
   files = ("config.json", "metrics.jsonl", *keep, *optional, *stops.values())
-  pending, active, failed = list(every), [], []
+  state_of = lambda wd, overrides: record_state(wd, config, args.preset, overrides,
+                                                stops.values(), keep, final_step)
+  pending, active, failed = list(every), [], {}
   # JAX's persistent compilation cache, shared by the target's runs: seeds of a
   # run, and a resumed run, load its programs instead of compiling them again.
   env = {"JAX_COMPILATION_CACHE_DIR": str(REPO / args.runs_dir / "jax_cache"),
          **blas_threads(args.jobs), **os.environ}
   for name, overrides in every:
     wd = workdir(args, name)
-    state = finished(wd, config, args.preset, overrides, stops.values())
+    state = state_of(wd, overrides)[0]
     if not state and getattr(args, "adopt_results", False) and not (wd / "config.json").exists():
-      state = finished(out_dir(args) / name, config, args.preset, overrides, stops.values())
+      state = state_of(out_dir(args) / name, overrides)[0]
       if state:
         adopt(out_dir(args) / name, wd, files)
         state += ", adopted from the results folder"
@@ -73,10 +92,24 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
       pending.remove((name, overrides))
   left = [r for r in pending if only and r[0] not in only]
   pending = [r for r in pending if r not in left]
+  if pending and getattr(args, "no_training", None):
+    name, overrides = pending[0]
+    sys.exit(f"error: {args.no_training / name} is not a whole record of {args.target} "
+             f"({state_of(workdir(args, name), overrides)[1]}); redraw.py draws from whole "
+             "records only and trains nothing")
+  # Every input of the runs to come, before the first of them starts.
+  from scripts.paper import inputs  # pylint: disable=import-outside-toplevel
+  inputs.check(args.target, [config_dict(config, args.preset, o) for _, o in pending])
+  for name, _ in pending:
+    if (holder := lock_holder(workdir(args, name))) is not None:
+      sys.exit(in_use(name, workdir(args, name), holder))
   while active or (pending and not failed):
     while pending and not failed and len(active) < args.jobs:
       name, overrides = pending.pop(0)
       wd = workdir(args, name)
+      if (holder := lock_holder(wd)) is not None:  # taken since the check above
+        failed[name] = in_use(name, wd, holder)
+        break
       cmd = [sys.executable, "-m", "experiments.main", f"--config={config}:{args.preset}",
              f"--workdir={wd}", *(f"--config.{k}={v}" for k, v in overrides.items())]
       print("+", " ".join(cmd[1:]), flush=True)
@@ -84,25 +117,37 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
       if args.jobs > 1:
         wd.parent.mkdir(parents=True, exist_ok=True)
         log = open(wd.parent / f"{name}.log", "ab")  # pylint: disable=consider-using-with
-      active.append((name, log, subprocess.Popen(cmd, cwd=REPO, stdout=log, env=env,
-                                                 stderr=subprocess.STDOUT if log else None)))
-    done = [j for j in active if j[2].poll() is not None]
+      active.append((name, overrides, log, subprocess.Popen(
+          cmd, cwd=REPO, stdout=log, env=env, stderr=subprocess.STDOUT if log else None,
+          preexec_fn=die_with_parent())))
+    done = [j for j in active if j[3].poll() is not None]
     if not done:
       time.sleep(0.5)
     for job in done:
       active.remove(job)
-      name, log, proc = job
+      name, overrides, log, proc = job
       rc = proc.returncode
       what = ("finished" if rc == 0 else Path(stops[rc]).stem if rc in stops else "failed")
       if log:
         log.close()
       if log or rc in stops:
         print(f"{what}: {name}" + (f" (log: {log.name})" if log else ""), flush=True)
+      wd = workdir(args, name)
       if what == "failed":
-        failed.append(name)
+        holder = lock_holder(wd)
+        failed[name] = in_use(name, wd, holder) if holder is not None else None
+        continue
+      state, why = state_of(wd, overrides)
+      if state is None:
+        failed[name] = (f"error: run {name} ended, but its record in {wd} is incomplete ({why}); "
+                        f"no tables or figures are made from a partial set of records")
   if failed:
-    failed = [name for rs in runs.values() for name, _ in rs if name in failed]  # target's order
-    sys.exit(f"error: run(s) {', '.join(failed)} failed; rerun the same command to resume")
+    order = [name for rs in runs.values() for name, _ in rs if name in failed]  # target's order
+    said = [failed[name] for name in order if failed[name]]
+    if said:
+      sys.exit(said[0] + (f" (and run(s) {', '.join(n for n in order if failed[n] != said[0])} "
+                          "failed)" if len(order) > 1 else ""))
+    sys.exit(f"error: run(s) {', '.join(order)} failed; rerun the same command to resume")
   if left:
     done = [name for name, _ in every if (name, _) not in left]
     for name in done:
@@ -114,6 +159,55 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
     per_seed = [collect(args, name, keep, (*optional, *stops.values())) for name, _ in rs]
     records[key] = {**per_seed[0], "seeds": per_seed}
   return records
+
+
+def in_use(name: str, wd: Path, pid: str) -> str:
+  return (f"error: run {name}'s workdir {wd} is in use by another process (pid {pid}), "
+          "another reproduce.py or experiments.main running it; wait for it to end, or use "
+          "another --runs_dir")
+
+
+def lock_holder(wd: Path) -> str | None:
+  """The pid in ``<wd>/lock`` if a live process holds that lock (the run
+  loop's flock, experiments/runner/workdir.py), else None. Only reads: the
+  file is neither made nor followed through a symlink, and a shared lock,
+  taken for a moment, tells whether another holds the exclusive one."""
+  try:
+    fd = os.open(wd / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+  except OSError:
+    return None  # no lock file: no run there (a symlink: the run itself refuses)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+  except BlockingIOError:
+    return os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+  except OSError:
+    return None
+  finally:
+    os.close(fd)
+  return None
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+  """A ``preexec_fn`` that has the kernel send the child SIGTERM when this
+  process dies, however it dies (``kill -9`` included), so that no run trains
+  on unwatched after reproduce.py is gone. SIGTERM, not SIGKILL: the run stops
+  at its next safe point and its workdir resumes. Linux only (prctl); None
+  elsewhere. libc is loaded here, in the parent: the child between fork and
+  exec only calls it."""
+  try:
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+  except (OSError, AttributeError):
+    return None
+  parent = os.getpid()
+
+  def set_deathsig() -> None:
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+      os.kill(os.getpid(), signal.SIGTERM)
+  return set_deathsig
 
 
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -137,22 +231,45 @@ def _as_json(c) -> dict:
   return json.loads(json.dumps(c.to_dict()))  # tuples as JSON lists
 
 
-def finished(wd: Path, config: str, preset: str, overrides: dict, stops=()) -> str | None:
+def config_dict(config: str, preset: str, overrides: dict) -> dict:
+  """The config a run of ``config:preset`` with ``overrides`` records, as JSON."""
+  return json.loads(json.dumps({**_as_json(config_module(config).get_config(preset)),
+                                **overrides}))  # tuples as JSON lists
+
+
+def finished(wd: Path, config: str, preset: str, overrides: dict, stops=(), keep=(),
+             final_step=None) -> str | None:
   """'finished' when ``wd`` holds a whole run of ``config:preset`` with
-  ``overrides``: a config.json of that very config (the data path aside) and
-  metrics up to its last update (``num_steps``) or epoch (``num_epochs``);
-  the name of a ``stops`` file (e.g. 'diverged') when the run ended early in
-  that way; else None. Such a record needs no checkpoint: the config.json and
-  metrics.jsonl that results/ keeps, copied back into a runs folder on another
-  machine, count as done, as do records made before a config field was added."""
+  ``overrides`` (:func:`record_state`); the name of a ``stops`` file (e.g.
+  'diverged') when the run ended early in that way; else None. Such a record
+  needs no checkpoint: the config.json and metrics.jsonl that results/ keeps,
+  copied back into a runs folder on another machine, count as done, as do
+  records made before a config field was added."""
+  return record_state(wd, config, preset, overrides, stops, keep, final_step)[0]
+
+
+IDENTITY = ("step", "epoch", "wall_time")
+
+
+def record_state(wd: Path, config: str, preset: str, overrides: dict, stops=(), keep=(),
+                 final_step: Callable[[Path, dict], int | None] | None = None
+                 ) -> tuple[str | None, str]:
+  """(state, why not): state as :func:`finished` gives it, and when it is None
+  the reason, for a line that names it. A whole run: a config.json of that
+  very config (the data path aside), every line of metrics.jsonl a record, the
+  last of them at the run's final step (``final_step``, else ``num_steps``,
+  else epoch ``num_epochs``) and holding every metric the earlier evaluations
+  hold (the final evaluation's), and each of ``keep``."""
   try:
     recorded = json.loads((wd / "config.json").read_text())["config"]
-  except (OSError, ValueError, KeyError, TypeError):
-    return None
+  except OSError:
+    return None, "no config.json"
+  except (ValueError, KeyError, TypeError):
+    return None, "config.json does not parse"
+  if not isinstance(recorded, dict):
+    return None, "config.json holds no config"
   defaults = _as_json(config_module(config).get_config(preset))
   want = json.loads(json.dumps({**defaults, **overrides}))  # tuples as JSON lists
-  if not isinstance(recorded, dict):
-    return None
   # Where the data lives is not what the run is (the loaders check what they read).
   # A field added to the config after the run was made is not in its record:
   # a new field's preset value keeps the old behaviour (the house's rule for
@@ -160,19 +277,50 @@ def finished(wd: Path, config: str, preset: str, overrides: dict, stops=()) -> s
   recorded = {**{k: v for k, v in defaults.items() if k not in overrides}, **recorded}
   strip = lambda c: {k: v for k, v in c.items() if k not in ("data_dir", "questions_dir")}
   if strip(recorded) != strip(want):
-    return None
+    diff = sorted(k for k in strip({**recorded, **want}) if recorded.get(k) != want.get(k))
+    return None, f"another config: {', '.join(diff)}"
+  try:
+    lines = (wd / "metrics.jsonl").read_text().splitlines()
+  except FileNotFoundError:
+    lines = None
+  except (OSError, UnicodeDecodeError) as e:
+    return None, f"metrics.jsonl cannot be read ({e})"
+  metrics = []
+  for i, line in enumerate(lines or []):
+    try:
+      r = json.loads(line)
+    except ValueError:
+      r = None
+    if not isinstance(r, dict) or "step" not in r:
+      return None, f"metrics.jsonl line {i + 1} of {len(lines)} is not a whole record"
+    metrics.append(r)
   for stop in stops:
     if (wd / stop).exists():
-      return Path(stop).stem
-  try:
-    last = json.loads((wd / "metrics.jsonl").read_text().splitlines()[-1])
-  except (OSError, ValueError, IndexError):
-    return None
-  if want.get("num_steps", 0) > 0:
-    return "finished" if last.get("step") == want["num_steps"] else None
-  if "num_epochs" in want and last.get("epoch") == want["num_epochs"]:
-    return "finished"
-  return None
+      return Path(stop).stem, ""
+  if not metrics:
+    return None, "no metrics.jsonl" if lines is None else "metrics.jsonl holds no record"
+  missing = [f for f in keep if not (wd / f).is_file()]
+  if missing:
+    return None, f"no {', '.join(missing)}"
+  last = metrics[-1]
+  end = final_step(wd, want) if final_step is not None else None
+  if final_step is not None and end is None:
+    return None, "its final step cannot be told"
+  if end is not None or want.get("num_steps", 0) > 0:
+    end = end if end is not None else want["num_steps"]
+    if last["step"] != end:
+      return None, f"its last record is at step {last['step']}, the run ends at step {end}"
+  elif "num_epochs" in want:
+    if last.get("epoch") != want["num_epochs"]:
+      return None, (f"its last record is at epoch {last.get('epoch')}, the run ends at epoch "
+                    f"{want['num_epochs']}")
+  else:
+    return None, "its config gives no final step"
+  lacks = sorted({k for r in metrics[:-1] for k in r} - set(last))
+  if lacks or not set(last) - set(IDENTITY):
+    return None, (f"its last record (step {last['step']}) lacks the final evaluation's "
+                  + (", ".join(lacks) if lacks else "metrics"))
+  return "finished", ""
 
 
 def config_module(config: str):
@@ -274,9 +422,33 @@ def note_partial(args, done: list[str], left: list[str]) -> None:
 
 def out_dir(args) -> Path:
   """<results_dir>/<target> for the paper preset, <results_dir>/<target>_<preset>
-  otherwise."""
+  otherwise. ``args.write_dir``, where set, takes the results_dir's place
+  (scripts/redraw.py: a redrawn target in a scratch folder, its results.md
+  naming the command as committed)."""
   suffix = "" if args.preset == "paper" else f"_{args.preset}"
-  return REPO / results_dir(args) / f"{args.target}{suffix}"
+  return REPO / (getattr(args, "write_dir", None) or results_dir(args)) / f"{args.target}{suffix}"
+
+
+def check_writable(directory: Path, flag: str) -> str | None:
+  """One line if ``directory`` cannot be written or made (a file on its path,
+  no permission, a read-only filesystem), else None: probed by making and
+  removing a file in its nearest existing folder."""
+  existing = directory
+  while not existing.exists() and existing != existing.parent:
+    existing = existing.parent
+  if not existing.is_dir():
+    return (f"error: {flag} {directory} " + ("is a file" if existing == directory else
+                                                f"is under {existing}, which is a file")
+            + "; give a directory, new or writable")
+  try:
+    fd, probe = tempfile.mkstemp(prefix=".probe", dir=existing)
+    os.close(fd)
+    os.unlink(probe)
+  except OSError as e:
+    why = os.strerror(e.errno).lower() if e.errno else str(e)
+    return (f"error: {flag} {directory} is not writable ({existing}: {why}); give a "
+            "directory, new or writable")
+  return None
 
 
 def results_dir(args) -> Path:

@@ -179,11 +179,23 @@ def figure(ms: dict[str, list[list[dict]]], path) -> None:
                       "paper Figure 1)")
 
 
+def final_step(wd, config: dict) -> int | None:
+  """The run's last update: ``num_epochs`` passes of ``num_images // batch_size``
+  updates (experiments/order_embeddings.py's ImagePasses), the training images
+  as its init_metrics.json counts them; None without that file (the record
+  is then not finished: it is written at the run's end)."""
+  try:
+    train = json.loads((wd / "init_metrics.json").read_text())["num_images"]["train"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  return config["num_epochs"] * (train // config["batch_size"])
+
+
 def table2(args) -> None:
   """Both norms (with ``--seeds N``, N seeds each), Table 2 with the paper's
   rows, a chance and a no-training row, Figure 1 and the claim's verdict."""
   records = run_all(args, CONFIG, {n: (n, {"norm": n}) for n in OE_NORMS},
-                    keep=("init_metrics.json",))
+                    keep=("init_metrics.json",), final_step=final_step)
   ms = {n: [s["metrics"] for s in seeds(r)] for n, r in records.items()}
   inits = read_inits(args)
   figure(ms, out_dir(args) / "fig1.png")
