@@ -51,6 +51,20 @@ def record_seeds(src: Path) -> int:
   return max(seeds) - min(seeds) + 1 if seeds else 1
 
 
+def committed_results_dir(src: Path) -> list[str]:
+  """The ``--results_dir`` flag of the command in ``src``'s results.md (as
+  its header shows it), or ``--results_dir results`` where none is given."""
+  try:
+    line = next(l for l in (src / "results.md").read_text().splitlines()
+                if l.startswith("Command: `"))
+  except (OSError, StopIteration):
+    return ["--results_dir", "results"]
+  words = line.split("`")[1].split()
+  if "--results_dir" in words:
+    return ["--results_dir", words[words.index("--results_dir") + 1]]
+  return []
+
+
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("target", choices=sorted(reproduce.TARGETS))
@@ -80,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
       shutil.copytree(d, scratch / d.name)
     # The committed folder's command: results.md reads as committed.
     argv = [a.target, "--preset", a.preset, "--runs_dir", str(Path(tmp) / "runs"),
-            "--results_dir", "results"] + (["--seeds", str(seeds)] if seeds > 1 else [])
+            *committed_results_dir(src)] + (["--seeds", str(seeds)] if seeds > 1 else [])
     args = reproduce.parse(argv)
     args.write_dir = Path(tmp) / "out"
     args.no_training = src  # a run without a whole record is refused, not trained
@@ -96,9 +110,12 @@ def main(argv: list[str] | None = None) -> int:
       shutil.copytree(made, a.out, dirs_exist_ok=True)
       print(f"redrawn into {a.out}")
       return 0
-    for f in sorted(made.glob("*.png")):
+    figures = sorted(made.glob("*.png"))
+    for f in figures:
       shutil.copy2(f, src / f.name)
       print(f"redrew {src / f.name}")
+    if not figures:
+      print(f"{a.target} has no figures: nothing redrawn (its records are whole)")
   return 0
 
 

@@ -56,6 +56,7 @@ sys.path.insert(0, str(REPO))
 
 # pylint: disable=wrong-import-position
 from scripts.paper import convnet, fig2, fig4, fig5, fig6, geometry, table1, table2, table3  # noqa: E402
+from lnorm.data import DataError  # noqa: E402
 from scripts.paper import transformer  # noqa: E402
 from scripts.paper.runs import check_writable, out_dir, results_dir  # noqa: E402
 
@@ -109,14 +110,18 @@ def run(args: argparse.Namespace) -> None:
   for directory, flag in where:
     if (line := check_writable(directory, flag)) is not None:
       sys.exit(line + ". Nothing was run")
-  TARGETS[args.target](args)
-  print(f"results in {out_dir(args)}"
-        + ("" if args.results_dir is not None else
-           " (a scratch folder; --results_dir results rewrites the committed results)"))
+  try:
+    TARGETS[args.target](args)
+  except DataError as e:  # data a table reads itself (fig4's mean image, fig2's baselines)
+    sys.exit(f"error: {args.target}'s tables read the data too: {e}")
 
 
 def main(argv: list[str] | None = None) -> None:
-  run(parse(argv))
+  args = parse(argv)
+  run(args)
+  print(f"results in {out_dir(args)}"
+        + ("" if args.results_dir is not None else
+           " (a scratch folder; --results_dir results rewrites the committed results)"))
 
 
 if __name__ == "__main__":

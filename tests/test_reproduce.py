@@ -24,7 +24,8 @@ def test_a_failed_run_stops_the_target_and_writes_no_results(tmp_path, monkeypat
   with pytest.raises(SystemExit) as stop:
     reproduce.main(["fig4", "--preset", "smoke", "--jobs", "2", "--runs_dir",
                     str(tmp_path / "runs"), "--results_dir", str(tmp_path / "results")])
-  assert stop.value.code == "error: run(s) none, layer_c failed; rerun the same command to resume"
+  assert stop.value.code == ("error: run(s) none, layer_c failed (none's log ends: error: none met "
+                             "a fault); rerun the same command to resume")
   assert [workdir_name(c) for c in FakeFailedRun.commands] == ["none", "layer_c"]
   assert not (tmp_path / "results").exists()
 
@@ -160,11 +161,14 @@ def workdir_name(cmd: list[str]) -> str:
 
 
 class FakeFailedRun:
-  """A run that fails at once (exit 1), writing nothing."""
+  """A run that fails at once (exit 1), with a line in its log (--jobs 2)."""
   commands: list[list[str]] = []
 
-  def __init__(self, cmd, **_):
+  def __init__(self, cmd, stdout=None, **_):
     FakeFailedRun.commands.append(cmd)
+    if stdout is not None:
+      stdout.write(f"fresh run\nerror: {workdir_name(cmd)} met a fault\n\n".encode())
+      stdout.flush()
     self.returncode = 1
 
   def poll(self):

@@ -74,7 +74,7 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
   files = ("config.json", "metrics.jsonl", *keep, *optional, *stops.values())
   state_of = lambda wd, overrides: record_state(wd, config, args.preset, overrides,
                                                 stops.values(), keep, final_step)
-  pending, active, failed = list(every), [], {}
+  pending, active, failed, tails = list(every), [], {}, {}
   # JAX's persistent compilation cache, shared by the target's runs: seeds of a
   # run, and a resumed run, load its programs instead of compiling them again.
   env = {"JAX_COMPILATION_CACHE_DIR": str(REPO / args.runs_dir / "jax_cache"),
@@ -136,6 +136,8 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
       if what == "failed":
         holder = lock_holder(wd)
         failed[name] = in_use(name, wd, holder) if holder is not None else None
+        if log and failed[name] is None:
+          tails[name] = last_line(Path(log.name))
         continue
       state, why = state_of(wd, overrides)
       if state is None:
@@ -147,7 +149,10 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
     if said:
       sys.exit(said[0] + (f" (and run(s) {', '.join(n for n in order if failed[n] != said[0])} "
                           "failed)" if len(order) > 1 else ""))
-    sys.exit(f"error: run(s) {', '.join(order)} failed; rerun the same command to resume")
+    tail = next(((n, tails[n]) for n in order if tails.get(n)), None)
+    sys.exit(f"error: run(s) {', '.join(order)} failed"
+             + (f" ({tail[0]}'s log ends: {tail[1]})" if tail else "")
+             + "; rerun the same command to resume")
   if left:
     done = [name for name, _ in every if (name, _) not in left]
     for name in done:
@@ -159,6 +164,18 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
     per_seed = [collect(args, name, keep, (*optional, *stops.values())) for name, _ in rs]
     records[key] = {**per_seed[0], "seeds": per_seed}
   return records
+
+
+def last_line(path: Path) -> str:
+  """The last non-empty line of a run's log (its error, where it failed), cut
+  to 300 characters; '' if none."""
+  try:
+    with open(path, "rb") as f:
+      f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+      lines = [l.strip() for l in f.read().decode(errors="replace").splitlines() if l.strip()]
+  except OSError:
+    return ""
+  return lines[-1][:300] if lines else ""
 
 
 def in_use(name: str, wd: Path, pid: str) -> str:
