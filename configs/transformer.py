@@ -3,8 +3,9 @@ precision (beyond the paper; issue 36).
 
 A decoder-only Transformer (lnorm/transformer.py) over bytes, reported in bits
 per character (bits per byte). ``norm_position`` = post (Vaswani et al. 2017),
-pre (Xiong et al. 2020) or none, ``norm`` = layer | rms (Zhang & Sennrich 2019)
-| none; Adam with an optional linear learning-rate warm-up. Data: the 99
+pre (Xiong et al. 2020), peri (Kim et al. 2025), deepnorm (Wang et al. 2022)
+or none, ``norm`` = layer | rms (Zhang & Sennrich 2019) | none, ``qk_norm``
+on or off; Adam with an optional linear learning-rate warm-up. Data: the 99
 Gutenberg novels of ``<data_dir>/text/novels`` split by whole books (5
 validation, 5 test books; lnorm/data/bytes_lm.py), or enwik8's 90M / 5M / 5M
 split with ``data_source=enwik8`` where the file is present. results.md says
@@ -57,7 +58,11 @@ def get_config(preset: str = "cpu") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "transformer"  # the loop in experiments/transformer.py
   c.norm = "layer"              # none | layer (gain, bias) | rms (gain only, Zhang & Sennrich)
-  c.norm_position = "pre"       # post (Vaswani et al.) | pre (Xiong et al.) | none (takes norm=none)
+  # post (Vaswani et al.) | pre (Xiong et al.) | peri (Kim et al. 2025: a norm before
+  # and after each sublayer, on the input, and a final one) | deepnorm (Wang et al.
+  # 2022: N(alpha x + F(x)), alpha and the init's beta from num_layers) | none (takes norm=none)
+  c.norm_position = "pre"
+  c.qk_norm = False             # normalize each head's queries and keys with `norm` (Henry et al. 2020, Dehghani et al. 2023)
   c.seed = 0                    # PRNG seed: init, the training windows, the gradient-norm batch
   c.num_layers = 12             # blocks; the study's deep model (2 is its shallow one)
   c.d_model = 64                # width of the residual stream

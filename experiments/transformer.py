@@ -1,6 +1,7 @@
-"""A byte-level Transformer LM (lnorm/transformer.py): post-, pre- or no norm,
-LayerNorm or RMSNorm, with or without a learning-rate warm-up, float32 or
-bfloat16 (issue 36; configs/transformer.py).
+"""A byte-level Transformer LM (lnorm/transformer.py): post-, pre-, peri-,
+deep- or no norm, LayerNorm or RMSNorm, with or without qk-norm, with or
+without a learning-rate warm-up, float32 or bfloat16 (issues 36 and 59;
+configs/transformer.py).
 
 Training windows are drawn at uniform random starts in the training bytes,
 step ``s`` from ``fold_in(train key, s)``: the feed is a pure function of the
@@ -56,7 +57,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
                     positions=config.positions, dtype=config.dtype,
                     num_layers=config.num_layers, d_model=config.d_model,
                     num_heads=config.num_heads, d_ff=config.d_ff, max_len=config.max_len,
-                    seq_len=config.seq_len, activation=config.activation, eps=config.eps)
+                    seq_len=config.seq_len, activation=config.activation, eps=config.eps,
+                    qk_norm=config.qk_norm,
+                    scaled_residual_init=config.scaled_residual_init)
   except ValueError as e:
     raise ConfigError(str(e)) from None
   check(isinstance(config.seed, int), f"seed={config.seed!r} must be an integer")
@@ -81,7 +84,7 @@ def create_model(config) -> tr.TransformerLM:
                   positions=config.positions, norm=config.norm,
                   norm_position=config.norm_position, activation=config.activation,
                   dtype=config.dtype, eps=config.eps,
-                  scaled_residual_init=config.scaled_residual_init)
+                  scaled_residual_init=config.scaled_residual_init, qk_norm=config.qk_norm)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,19 +1,34 @@
 """A decoder-only Transformer language model over bytes, with the norm and
 its place as switches (beyond the paper: where layer norm is used most).
 
-``norm_position`` picks the block::
+``norm_position`` picks the block (F is Attn, then MLP)::
 
-    post (Vaswani et al. 2017):  x = N(x + Attn(x));     x = N(x + MLP(x))
-    pre  (Xiong et al. 2020):    x = x + Attn(N(x));     x = x + MLP(N(x))
-    none:                        x = x + Attn(x);        x = x + MLP(x)
+    post (Vaswani et al. 2017):     x = N(x + F(x))
+    pre  (Xiong et al. 2020):       x = x + F(N(x))
+    peri (Kim et al. 2025):         x = x + N_out(F(N(x)))
+    deepnorm (Wang et al. 2022):    x = N(alpha x + F(x))
+    none:                           x = x + F(x)
 
 and ``norm`` the N: ``layer`` (``normalization.layer_norm``, gain and bias),
 ``rms`` (``normalization.rms_norm``, gain only, as Zhang & Sennrich 2019) or
-``none``. A pre-norm stack ends with one more N before the output layer (the
-residual stream is never normalized otherwise); a post-norm stack already
-ends in one. ``norm_position='none'`` takes ``norm='none'``; ``norm='none'``
-with ``post`` or ``pre`` is the same network as ``none`` (same parameters,
-same outputs), so a grid may leave the position at its default.
+``none``; every N has its own parameters. Pre- and peri-norm stacks end with
+one more N before the output layer (the residual stream is never normalized
+otherwise); post- and deepnorm stacks already end in one. Peri-LN also
+normalizes the input (embeddings plus positions), as Kim et al. do.
+DeepNet's alpha = (2 L)^(1/4) scales the residual and its beta = (8 L)^(-1/4)
+multiplies the Xavier init of W^V, W^O, W^1 and W^2 (their Table 1, for a
+decoder-only stack of L blocks; ``deepnorm_alpha_beta``).
+
+``qk_norm=True`` (Henry et al. 2020; Dehghani et al. 2023) normalizes each
+head's queries and keys over the head's K features before their dot product,
+with the N of ``norm`` and its own parameters (K gains, shared by the heads;
+the 1/sqrt(K) scale stays), under any placement.
+
+``norm_position='none'`` takes ``norm='none'`` (or a norm for the queries
+and keys alone, with ``qk_norm``); ``norm='none'`` with ``post``, ``pre`` or
+``peri`` is the same network as ``none`` (same parameters, same outputs), so a
+grid may leave the position at its default. ``deepnorm`` needs a norm, and
+sets its own init (so not ``scaled_residual_init``).
 
 Tokens are bytes (vocabulary 256). The input is ``E[x_t] * sqrt(D)`` plus a
 position code: ``learned`` (a table of ``max_len`` rows, initialised like
@@ -32,9 +47,11 @@ norms' statistics are float32 whatever the input dtype (lnorm/normalization.py);
 a norm's output is rounded to the activation dtype once, at the end.
 
 Parameter names (for ``grad_norms``): ``embed``, ``pos`` (learned only),
-``block_<l>`` holding ``attn/{query,key,value,out}``, ``mlp/{fc,proj}``
-(``proj`` is Xiong et al.'s W^2) and ``norm_attn``, ``norm_mlp``; then
-``final_norm`` (pre only) and ``logits``.
+``embed_norm`` (peri only), ``block_<l>`` holding ``attn/{query,key,value,out}``
+(and ``attn/{query_norm,key_norm}`` with qk_norm), ``mlp/{fc,proj}`` (``proj``
+is Xiong et al.'s W^2) and ``norm_attn``, ``norm_mlp`` (peri adds
+``norm_attn_out``, ``norm_mlp_out``); then ``final_norm`` (pre and peri) and
+``logits``.
 """
 
 from __future__ import annotations
@@ -54,8 +71,9 @@ from lnorm import normalization as N
 
 Array = jax.Array
 
-NORMS = norms.supported("none", "layer", "rms")
-NORM_POSITIONS = ("post", "pre", "none")
+# The norms ``Norm`` makes (the one place that dispatches on the name).
+NORMS = ("none", "layer", "rms")
+NORM_POSITIONS = ("post", "pre", "peri", "deepnorm", "none")
 POSITIONS = ("learned", "sinusoidal")
 DTYPES = ("float32", "bfloat16")
 ACTIVATIONS = ("relu", "gelu")
@@ -112,18 +130,38 @@ def check_seq_len(seq_len: int, max_len: int) -> None:
                      f"max_len={max_len} positions; raise max_len or shorten the windows")
 
 
+def deepnorm_alpha_beta(num_layers: int) -> tuple[float, float]:
+  """DeepNet's constants for a decoder-only stack of ``num_layers`` blocks
+  (Wang et al. 2022, Table 1): the residual's alpha = (2 N)^(1/4) and the init
+  gain beta = (8 N)^(-1/4) of W^V, W^O and the MLP's two matrices."""
+  return (2 * num_layers) ** 0.25, (8 * num_layers) ** -0.25
+
+
 def check_config(*, norm: object = "layer", norm_position: object = "pre",
                  positions: object = "learned", dtype: object = "float32",
                  num_layers: int = 1, d_model: int = 64, num_heads: int = 1,
                  d_ff: int = 0, max_len: int = 1, seq_len: int | None = None,
-                 activation: object = "relu", eps: float = 1e-5) -> None:
+                 activation: object = "relu", eps: float = 1e-5,
+                 qk_norm: object = False, scaled_residual_init: object = False) -> None:
   """Every check of a model's fields (and, with ``seq_len``, of its windows),
   for a config's ``validate``; the model runs the same ones when built."""
   norms.check(norm, NORMS)
   check_norm_position(norm_position)
-  if norm_position == "none" and norm != "none":
+  if not isinstance(qk_norm, (bool, np.bool_)):
+    raise ValueError(f"qk_norm={qk_norm!r} is not valid; it must be True or False")
+  if norm_position == "none" and norm != "none" and not qk_norm:
     raise ValueError(f"norm_position='none' has no norm; it takes norm='none', "
-                     f"not {norm!r}")
+                     f"not {norm!r} (or qk_norm=True, to normalize queries and keys alone)")
+  if qk_norm and norm == "none":
+    raise ValueError("qk_norm=True normalizes queries and keys with the norm, and "
+                     f"norm='none' is none; choose one of: "
+                     f"{', '.join(n for n in NORMS if n != 'none')}")
+  if norm_position == "deepnorm" and norm == "none":
+    raise ValueError("norm_position='deepnorm' is post-norm with a scaled residual; it "
+                     "needs a norm, not norm='none'")
+  if norm_position == "deepnorm" and scaled_residual_init:
+    raise ValueError("norm_position='deepnorm' sets its own init (Xavier times "
+                     "(8 num_layers)^(-1/4)); it takes scaled_residual_init=False")
   check_positions(positions)
   if activation not in ACTIVATIONS:
     raise ValueError(f"activation={activation!r} is not valid; choose one of: "
@@ -158,8 +196,11 @@ def sinusoids(max_len: int, d_model: int) -> np.ndarray:
 
 
 class Norm(nn.Module):
-  """``layer`` (gain, bias) or ``rms`` (gain) over the features (last axis),
-  through the library's primitives: float32 statistics, output in x's dtype."""
+  """A norm named ``norm`` over the features (last axis), with its own
+  parameters: ``layer`` (gain, bias) or ``rms`` (gain), through the library's
+  primitives: float32 statistics, output in x's dtype. Every norm of the
+  model (blocks, final, embeddings, queries and keys) is made here, so this
+  is the one place that turns a norm's name into a function."""
   norm: str
   eps: float = 1e-5
 
@@ -184,7 +225,10 @@ def _dense(features: int, dtype, name: str, scale: float = 1.0) -> nn.Dense:
 class CausalSelfAttention(nn.Module):
   num_heads: int
   dtype: Any = jnp.float32
-  out_scale: float = 1.0  # W^O's init, times Xavier's
+  out_scale: float = 1.0    # W^O's init, times Xavier's
+  value_scale: float = 1.0  # W^V's init, times Xavier's
+  qk_norm: str = "none"     # the norm of each head's queries and keys (none: as they are)
+  eps: float = 1e-5
 
   @nn.compact
   def __call__(self, x_BxTxD: Array) -> Array:
@@ -193,7 +237,10 @@ class CausalSelfAttention(nn.Module):
     split = lambda y: y.reshape(B, T, H, D // H)
     q_BxTxHxK = split(_dense(D, self.dtype, "query")(x_BxTxD))
     k_BxTxHxK = split(_dense(D, self.dtype, "key")(x_BxTxD))
-    v_BxTxHxK = split(_dense(D, self.dtype, "value")(x_BxTxD))
+    v_BxTxHxK = split(_dense(D, self.dtype, "value", self.value_scale)(x_BxTxD))
+    if self.qk_norm != "none":  # over each head's K features, gains shared by the heads
+      q_BxTxHxK = Norm(self.qk_norm, self.eps, name="query_norm")(q_BxTxHxK)
+      k_BxTxHxK = Norm(self.qk_norm, self.eps, name="key_norm")(k_BxTxHxK)
     q_BxTxHxK = q_BxTxHxK * jnp.asarray(1 / math.sqrt(D // H), self.dtype)
     s_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxTxHxK)
     # The softmax in float32: bfloat16's 8 bits would blur near-equal scores.
@@ -209,11 +256,12 @@ class MLP(nn.Module):
   activation: str = "relu"
   dtype: Any = jnp.float32
   out_scale: float = 1.0  # W^2's init, times Xavier's
+  fc_scale: float = 1.0   # W^1's init, times Xavier's
 
   @nn.compact
   def __call__(self, x_BxTxD: Array) -> Array:
     f = jax.nn.relu if self.activation == "relu" else jax.nn.gelu
-    h_BxTxF = f(_dense(self.d_ff, self.dtype, "fc")(x_BxTxD))
+    h_BxTxF = f(_dense(self.d_ff, self.dtype, "fc", self.fc_scale)(x_BxTxD))
     return _dense(x_BxTxD.shape[-1], self.dtype, "proj", self.out_scale)(h_BxTxF)
 
 
@@ -225,12 +273,17 @@ class Block(nn.Module):
   activation: str = "relu"
   eps: float = 1e-5
   dtype: Any = jnp.float32
-  out_scale: float = 1.0
+  out_scale: float = 1.0   # W^O's and W^2's init, times Xavier's
+  qk_norm: bool = False
+  in_scale: float = 1.0    # W^V's and W^1's init, times Xavier's (deepnorm's beta)
+  alpha: float = 1.0       # deepnorm's residual scale
 
   @nn.compact
   def __call__(self, x_BxTxD: Array) -> Array:
-    attn = CausalSelfAttention(self.num_heads, self.dtype, self.out_scale, name="attn")
-    mlp = MLP(self.d_ff, self.activation, self.dtype, self.out_scale, name="mlp")
+    attn = CausalSelfAttention(self.num_heads, self.dtype, self.out_scale, self.in_scale,
+                               self.norm if self.qk_norm else "none", self.eps, name="attn")
+    mlp = MLP(self.d_ff, self.activation, self.dtype, self.out_scale, self.in_scale,
+              name="mlp")
     x = x_BxTxD
     if self.norm == "none" or self.norm_position == "none":
       x = x + attn(x)
@@ -240,6 +293,13 @@ class Block(nn.Module):
     if self.norm_position == "pre":
       x = x + attn(n_attn(x))
       return x + mlp(n_mlp(x))
+    if self.norm_position == "peri":
+      x = x + Norm(self.norm, self.eps, name="norm_attn_out")(attn(n_attn(x)))
+      return x + Norm(self.norm, self.eps, name="norm_mlp_out")(mlp(n_mlp(x)))
+    if self.norm_position == "deepnorm":
+      a = jnp.asarray(self.alpha, x.dtype)
+      x = n_attn(a * x + attn(x))
+      return n_mlp(a * x + mlp(x))
     x = n_attn(x + attn(x))
     return n_mlp(x + mlp(x))
 
@@ -255,7 +315,7 @@ class TransformerLM(nn.Module):
   max_len: int = 256            # rows of the position table
   positions: str = "learned"    # learned | sinusoidal
   norm: str = "layer"           # none | layer | rms
-  norm_position: str = "pre"    # post | pre | none
+  norm_position: str = "pre"    # post | pre | peri | deepnorm | none
   activation: str = "relu"      # relu | gelu
   dtype: Any = "float32"        # float32 | bfloat16: activations and matmuls
   eps: float = 1e-5
@@ -265,16 +325,19 @@ class TransformerLM(nn.Module):
   # an unnormalized stack's stream grows nearly 3x in variance a block (std
   # 1.9 after block 0, 499 after block 11, at d_model 64: a loss of ~860 at init).
   scaled_residual_init: bool = False
+  qk_norm: bool = False         # normalize each head's queries and keys with the norm
 
   def __post_init__(self):
     check_config(norm=self.norm, norm_position=self.norm_position,
                  positions=self.positions, dtype=self.dtype, num_layers=self.num_layers,
                  d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
-                 max_len=self.max_len, activation=self.activation, eps=self.eps)
+                 max_len=self.max_len, activation=self.activation, eps=self.eps,
+                 qk_norm=self.qk_norm, scaled_residual_init=self.scaled_residual_init)
     super().__post_init__()
 
   @property
   def normalized(self) -> bool:
+    """Whether the blocks have norms (qk_norm aside)."""
     return self.norm != "none" and self.norm_position != "none"
 
   @nn.compact
@@ -290,12 +353,17 @@ class TransformerLM(nn.Module):
     else:
       p_PxD = jnp.asarray(sinusoids(self.max_len, D))
     x_BxTxD = (x_BxTxD + p_PxD[None, :T]).astype(dt)
-    out_scale = (2 * self.num_layers) ** -0.5 if self.scaled_residual_init else 1.0
+    if self.normalized and self.norm_position == "peri":
+      x_BxTxD = Norm(self.norm, self.eps, name="embed_norm")(x_BxTxD)
+    alpha, beta = 1.0, 1.0
+    if self.normalized and self.norm_position == "deepnorm":
+      alpha, beta = deepnorm_alpha_beta(self.num_layers)
+    out_scale = (2 * self.num_layers) ** -0.5 if self.scaled_residual_init else beta
     for l in range(self.num_layers):
       x_BxTxD = Block(self.num_heads, self.d_ff or 4 * D, self.norm, self.norm_position,
-                      self.activation, self.eps, dt, out_scale,
-                      name=f"block_{l}")(x_BxTxD)
-    if self.normalized and self.norm_position == "pre":
+                      self.activation, self.eps, dt, out_scale, qk_norm=self.qk_norm,
+                      in_scale=beta, alpha=alpha, name=f"block_{l}")(x_BxTxD)
+    if self.normalized and self.norm_position in ("pre", "peri"):
       x_BxTxD = Norm(self.norm, self.eps, name="final_norm")(x_BxTxD)
     return _dense(VOCAB, dt, "logits")(x_BxTxD).astype(jnp.float32)
 
@@ -322,17 +390,19 @@ def _key(path) -> str:
 
 
 def _layer_order(name: str) -> tuple[int, int, str]:
-  """Input to output: embed, pos, block_0, block_1, ..., final_norm, logits."""
+  """Input to output: embed, pos, embed_norm, block_0, block_1, ..., final_norm,
+  logits."""
   top = name.split("/")[0]
   m = re.fullmatch(r"block_(\d+)", top)
-  rank = {"embed": (0, 0), "pos": (0, 1), "final_norm": (2, 0), "logits": (2, 1)}
+  rank = {"embed": (0, 0), "pos": (0, 1), "embed_norm": (0, 2), "final_norm": (2, 0),
+          "logits": (2, 1)}
   return (1, int(m.group(1)), name) if m else (*rank.get(top, (3, 0)), name)
 
 
 def grad_norms(grads: Mapping[str, Any], depth: int | None = 1) -> dict[str, Array]:
   """The L2 norm of the gradient of each layer's parameters, input to output.
 
-  ``depth=1``: one entry per top-level layer (``embed``, ``pos``,
+  ``depth=1``: one entry per top-level layer (``embed``, ``pos``, ``embed_norm``,
   ``block_0`` .. ``block_{L-1}``, ``final_norm``, ``logits``); ``depth=2``
   per sublayer (``block_3/attn``, ``block_3/mlp``, ``block_3/norm_attn``,
   ...); ``None`` per parameter (``block_3/mlp/proj/kernel``: Xiong et al.'s

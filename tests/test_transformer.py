@@ -40,11 +40,13 @@ def _ref_norm(x, p, norm, eps=1e-5):
   return (x - m) / np.sqrt(v + eps) * p["gain"] + p["bias"]
 
 
-def _ref_attention(x_TxD, p, H):
+def _ref_attention(x_TxD, p, H, qk_norm=None):
   T, D = x_TxD.shape
   K = D // H
   lin = lambda n: x_TxD @ p[n]["kernel"] + p[n]["bias"]
   q, k, v = (lin(n).reshape(T, H, K) for n in ("query", "key", "value"))
+  if qk_norm:  # each head's K features, with gains shared by the heads
+    q, k = _ref_norm(q, p["query_norm"], qk_norm), _ref_norm(k, p["key_norm"], qk_norm)
   out = np.zeros((T, H, K))
   for h in range(H):
     for t in range(T):  # position t attends to positions 0..t
@@ -68,8 +70,31 @@ def _ref_sinusoids(T, D):
   return pe
 
 
+def ref_block(x, b, *, num_layers, num_heads, norm, norm_position, qk_norm=False):
+  """One block, from the placements' equations (lnorm/transformer.py's diagram;
+  deepnorm's alpha from Wang et al.'s Table 1 for a decoder-only stack)."""
+  attn = lambda x: _ref_attention(x, b["attn"], num_heads, norm if qk_norm else None)
+  mlp = lambda x: _ref_mlp(x, b["mlp"])
+  N = lambda x, name: _ref_norm(x, b[name], norm)
+  if norm_position == "pre":
+    x = x + attn(N(x, "norm_attn"))
+    return x + mlp(N(x, "norm_mlp"))
+  if norm_position == "post":
+    x = N(x + attn(x), "norm_attn")
+    return N(x + mlp(x), "norm_mlp")
+  if norm_position == "peri":  # Kim et al.: x + N_out(F(N_in(x)))
+    x = x + N(attn(N(x, "norm_attn")), "norm_attn_out")
+    return x + N(mlp(N(x, "norm_mlp")), "norm_mlp_out")
+  if norm_position == "deepnorm":  # Wang et al.: N(alpha x + F(x)), alpha = (2 L)^(1/4)
+    alpha = (2 * num_layers) ** 0.25
+    x = N(alpha * x + attn(x), "norm_attn")
+    return N(alpha * x + mlp(x), "norm_mlp")
+  x = x + attn(x)
+  return x + mlp(x)
+
+
 def ref_logits(params, tokens_BxT, *, num_layers, d_model, num_heads, norm, norm_position,
-               positions="learned", **_):
+               positions="learned", qk_norm=False, **_):
   p = _np(params)
   D = d_model
   out = []
@@ -77,18 +102,12 @@ def ref_logits(params, tokens_BxT, *, num_layers, d_model, num_heads, norm, norm
     T = len(toks)
     pos = p["pos"][:T] if positions == "learned" else _ref_sinusoids(T, D) / math.sqrt(D)
     x = (p["embed"]["embedding"][toks] + pos) * math.sqrt(D)
+    if norm_position == "peri":  # Kim et al. normalize the input too
+      x = _ref_norm(x, p["embed_norm"], norm)
     for l in range(num_layers):
-      b = p[f"block_{l}"]
-      if norm_position == "pre":
-        x = x + _ref_attention(_ref_norm(x, b["norm_attn"], norm), b["attn"], num_heads)
-        x = x + _ref_mlp(_ref_norm(x, b["norm_mlp"], norm), b["mlp"])
-      elif norm_position == "post":
-        x = _ref_norm(x + _ref_attention(x, b["attn"], num_heads), b["norm_attn"], norm)
-        x = _ref_norm(x + _ref_mlp(x, b["mlp"]), b["norm_mlp"], norm)
-      else:
-        x = x + _ref_attention(x, b["attn"], num_heads)
-        x = x + _ref_mlp(x, b["mlp"])
-    if norm_position == "pre":
+      x = ref_block(x, p[f"block_{l}"], num_layers=num_layers, num_heads=num_heads,
+                    norm=norm, norm_position=norm_position, qk_norm=qk_norm)
+    if norm_position in ("pre", "peri"):
       x = _ref_norm(x, p["final_norm"], norm)
     out.append(x @ p["logits"]["kernel"] + p["logits"]["bias"])
   return np.stack(out)
@@ -119,9 +138,108 @@ def test_matches_float64_reference(norm, norm_position, positions):
   assert err < 2e-5, err
 
 
-@pytest.mark.parametrize("norm_position", ["post", "pre"])
+NEW_CASES = [("layer", "peri", "learned", False), ("rms", "peri", "sinusoidal", False),
+             ("layer", "deepnorm", "learned", False), ("rms", "deepnorm", "learned", False),
+             ("layer", "pre", "learned", True), ("rms", "post", "sinusoidal", True),
+             ("layer", "peri", "learned", True), ("rms", "deepnorm", "learned", True),
+             ("layer", "none", "learned", True)]
+
+
+@pytest.mark.parametrize("norm,norm_position,positions,qk_norm", NEW_CASES)
+def test_new_placements_and_qk_norm_match_float64_reference(norm, norm_position, positions,
+                                                            qk_norm):
+  cfg = dict(SMALL, norm=norm, norm_position=norm_position, positions=positions,
+             qk_norm=qk_norm)
+  model = tr.TransformerLM(**cfg)
+  params = _perturb(_init(model))
+  toks = _tokens()
+  y = model.apply({"params": params}, toks)
+  assert y.shape == (2, 12, 256) and y.dtype == jnp.float32
+  ref = ref_logits(params, toks, **cfg)
+  err = np.abs(np.asarray(y, np.float64) - ref).max() / np.abs(ref).max()
+  assert err < 2e-5, err
+
+
+@pytest.mark.parametrize("norm_position", ["peri", "deepnorm"])
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_one_block_is_its_equation(norm, norm_position):
+  # The Block module alone, on a stream of no particular scale (mean 3, std 5).
+  L, H, D = 6, 2, 16
+  block = tr.Block(H, 24, norm, norm_position, alpha=tr.deepnorm_alpha_beta(L)[0]
+                   if norm_position == "deepnorm" else 1.0)
+  x = jnp.asarray(RNG.normal(3, 5, (2, 7, D)), jnp.float32)
+  params = _perturb(block.init(jax.random.key(0), x)["params"])
+  y = np.asarray(block.apply({"params": params}, x), np.float64)
+  p = _np(params)
+  ref = np.stack([ref_block(np.asarray(xb, np.float64), p, num_layers=L, num_heads=H,
+                            norm=norm, norm_position=norm_position) for xb in x])
+  assert np.abs(y - ref).max() / np.abs(ref).max() < 2e-5
+
+
+def test_deepnorm_constants_and_init():
+  # Wang et al. 2022, Table 1, decoder-only: alpha = (2N)^(1/4), beta = (8N)^(-1/4).
+  for n, alpha, beta in ((1, 2 ** 0.25, 8 ** -0.25), (6, 12 ** 0.25, 48 ** -0.25),
+                         (12, 24 ** 0.25, 96 ** -0.25)):
+    a, b = tr.deepnorm_alpha_beta(n)
+    assert a == pytest.approx(alpha, rel=1e-15) and b == pytest.approx(beta, rel=1e-15)
+  assert tr.deepnorm_alpha_beta(18) == pytest.approx((6 ** 0.5, 12 ** -0.5), rel=1e-15)
+  # Same names as post-norm, so the same random draws: W^V, W^O, W^1, W^2 are
+  # post's times beta; W^Q, W^K, the norms, embeddings and logits are post's.
+  post = _init(tr.TransformerLM(**SMALL, norm="layer", norm_position="post"))
+  deep = _init(tr.TransformerLM(**SMALL, norm="layer", norm_position="deepnorm"))
+  assert jax.tree_util.tree_structure(post) == jax.tree_util.tree_structure(deep)
+  beta = (8 * SMALL["num_layers"]) ** -0.25
+  for path, d in jax.tree_util.tree_leaves_with_path(deep):
+    name = tr._key(path)
+    sub = post
+    for k in name.split("/"):
+      sub = sub[k]
+    scaled = re.search(r"(attn/(value|out)|mlp/(fc|proj))/kernel$", name)
+    np.testing.assert_allclose(d, np.asarray(sub) * (beta if scaled else 1.0), rtol=1e-6,
+                               err_msg=name)
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_qk_norm_normalizes_each_heads_queries_and_keys(norm):
+  model = tr.TransformerLM(**SMALL, norm=norm, norm_position="pre", qk_norm=True)
+  params = _init(model)
+  K = SMALL["d_model"] // SMALL["num_heads"]
+  attn = params["block_0"]["attn"]
+  want = {"gain", "bias"} if norm == "layer" else {"gain"}
+  for n in ("query_norm", "key_norm"):
+    assert set(attn[n]) == want and all(v.shape == (K,) for v in attn[n].values())
+  # Stretch W^Q and W^K so that the raw queries and keys are far from unit scale.
+  params = jax.tree_util.tree_map(lambda a: a, params)  # fresh dicts to edit
+  for l in range(SMALL["num_layers"]):
+    for n in ("query", "key"):
+      d = params[f"block_{l}"]["attn"][n]
+      d["kernel"], d["bias"] = d["kernel"] * 7.0, d["bias"] + 3.0
+  _, state = model.apply({"params": params}, _tokens(), capture_intermediates=True)
+  inter = state["intermediates"]
+  for l in range(SMALL["num_layers"]):
+    a = inter[f"block_{l}"]["attn"]
+    for n in ("query_norm", "key_norm"):
+      q = np.asarray(a[n]["__call__"][0], np.float64)  # (B, T, H, K)
+      assert q.shape == (2, 12, SMALL["num_heads"], K)
+      ms = (q ** 2).mean(-1)
+      if norm == "layer":  # zero mean and unit variance (up to eps) per head
+        np.testing.assert_allclose(q.mean(-1), 0, atol=1e-5)
+      # Unit RMS per head, to eps / var and float32 rounding.
+      np.testing.assert_allclose(ms, 1.0, atol=1e-3)
+  # Without qk_norm the stretched queries are far from unit RMS: the check has teeth.
+  plain = tr.TransformerLM(**SMALL, norm=norm, norm_position="pre")
+  assert "query_norm" not in _init(plain)["block_0"]["attn"]
+  strip = lambda b: {**b, "attn": {k: v for k, v in b["attn"].items() if not k.endswith("_norm")}}
+  p_plain = {k: strip(v) if k.startswith("block_") else v for k, v in params.items()}
+  _, state = plain.apply({"params": p_plain}, _tokens(), capture_intermediates=True)
+  raw_q = np.asarray(state["intermediates"]["block_0"]["attn"]["query"]["__call__"][0])
+  assert abs(np.sqrt((raw_q ** 2).mean()) - 1) > 0.5
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre", "peri", "deepnorm"])
 def test_causal(norm_position):
-  model = tr.TransformerLM(**SMALL, norm="layer", norm_position=norm_position)
+  model = tr.TransformerLM(**SMALL, norm="layer", norm_position=norm_position,
+                           qk_norm=norm_position in ("peri", "deepnorm"))
   params = _perturb(_init(model))
   toks = np.asarray(_tokens(1))
   f = jax.jit(lambda t: model.apply({"params": params}, t))
@@ -137,14 +255,14 @@ def test_causal(norm_position):
 def test_norm_none_networks_coincide_and_final_norm_only_in_pre():
   toks = _tokens()
   outs, trees = {}, {}
-  for pos in ("post", "pre", "none"):
+  for pos in ("post", "pre", "peri", "none"):
     model = tr.TransformerLM(**SMALL, norm="none", norm_position=pos)
     params = _init(model)
     trees[pos] = jax.tree_util.tree_structure(params)
     outs[pos] = np.asarray(model.apply({"params": params}, toks))
-  assert trees["post"] == trees["pre"] == trees["none"]
-  np.testing.assert_array_equal(outs["post"], outs["pre"])
-  np.testing.assert_array_equal(outs["post"], outs["none"])
+  assert trees["post"] == trees["pre"] == trees["peri"] == trees["none"]
+  for pos in ("pre", "peri", "none"):
+    np.testing.assert_array_equal(outs["post"], outs[pos])
 
   names = lambda p: {tr._key(k) for k, _ in jax.tree_util.tree_leaves_with_path(p)}
   pre = names(_init(tr.TransformerLM(**SMALL, norm="layer", norm_position="pre")))
@@ -155,6 +273,23 @@ def test_norm_none_networks_coincide_and_final_norm_only_in_pre():
   assert pre - none == {f"{s}/{g}" for s in ["final_norm"] + [
       f"block_{l}/norm_{w}" for l in range(2) for w in ("attn", "mlp")] for g in ("gain", "bias")}
   assert "final_norm/gain" in rms and not any(n.endswith("bias") for n in rms if "norm" in n)
+  # Peri: pre's norms, one more after each sublayer, and one on the input.
+  peri = names(_init(tr.TransformerLM(**SMALL, norm="layer", norm_position="peri")))
+  assert peri - pre == {f"{s}/{g}" for s in ["embed_norm"] + [
+      f"block_{l}/norm_{w}_out" for l in range(2) for w in ("attn", "mlp")]
+      for g in ("gain", "bias")} and not pre - peri
+  # Deepnorm: post's names.
+  deep = names(_init(tr.TransformerLM(**SMALL, norm="layer", norm_position="deepnorm")))
+  assert deep == post
+  # qk_norm adds a query and a key norm to each block's attention, whatever the placement.
+  for pos, base in (("pre", pre), ("post", post), ("peri", peri)):
+    qk = names(_init(tr.TransformerLM(**SMALL, norm="layer", norm_position=pos, qk_norm=True)))
+    assert qk - base == {f"block_{l}/attn/{n}_norm/{g}" for l in range(2)
+                         for n in ("query", "key") for g in ("gain", "bias")}
+  qk_only = names(_init(tr.TransformerLM(**SMALL, norm="rms", norm_position="none",
+                                         qk_norm=True)))
+  assert qk_only - none == {f"block_{l}/attn/{n}_norm/gain" for l in range(2)
+                            for n in ("query", "key")}
 
 
 def test_sinusoidal_has_no_position_parameters_and_learned_has_a_table():
@@ -273,8 +408,8 @@ def _error(**fields) -> str:
 
 
 def test_bad_config_is_one_line():
-  assert "norm_position='middle' is not valid; choose one of: post, pre, none" in \
-      _error(norm_position="middle")
+  assert "norm_position='middle' is not valid; choose one of: post, pre, peri, deepnorm, " \
+         "none" in _error(norm_position="middle")
   assert "norm='batch' is not valid; choose one of: none, layer, rms" in _error(norm="batch")
   assert "dtype='float16' is not valid; choose one of: float32, bfloat16" in \
       _error(dtype="float16")
@@ -282,6 +417,18 @@ def test_bad_config_is_one_line():
   assert "takes norm='none'" in _error(norm_position="none", norm="layer")
   assert "positions='rotary'" in _error(positions="rotary")
   assert "does not split" in _error(d_model=10, num_heads=4)
+  # The new switches' bad combinations.
+  assert _error(norm="none", qk_norm=True).startswith(
+      "qk_norm=True normalizes queries and keys with the norm, and norm='none' is none; "
+      "choose one of: layer, rms")
+  assert _error(norm="none", norm_position="none", qk_norm=True).startswith("qk_norm=True")
+  assert _error(norm="none", norm_position="deepnorm") == (
+      "norm_position='deepnorm' is post-norm with a scaled residual; it needs a norm, "
+      "not norm='none'")
+  assert _error(norm_position="deepnorm", scaled_residual_init=True).startswith(
+      "norm_position='deepnorm' sets its own init")
+  assert _error(qk_norm="yes") == "qk_norm='yes' is not valid; it must be True or False"
+  assert "(or qk_norm=True" in _error(norm_position="none", norm="rms")
   # The same checks at config time, and the sequence length against the table.
   with pytest.raises(ValueError, match=r"^sequence length 300 is beyond the position "
                                        r"table of max_len=256 positions"):

@@ -24,7 +24,8 @@ from tests.test_bytes_lm import _write_novels
 
 @pytest.mark.parametrize("flags, message", [
     (["--config.norm_position=middle"],
-     "error: norm_position='middle' is not valid; choose one of: post, pre, none"),
+     "error: norm_position='middle' is not valid; choose one of: post, pre, peri, deepnorm, "
+     "none"),
     (["--config.norm=batch"], "error: norm='batch' is not valid; choose one of: "),
     (["--config.seq_len=17"], "error: sequence length 17 is beyond the position table of "
                               "max_len=16 positions; raise max_len or shorten the windows"),
@@ -32,6 +33,12 @@ from tests.test_bytes_lm import _write_novels
      "error: dtype='float16' is not valid; choose one of: float32, bfloat16"),
     (["--config.norm_position=none"],
      "error: norm_position='none' has no norm; it takes norm='none', not 'layer'"),
+    (["--config.norm=none", "--config.qk_norm=True"],
+     "error: qk_norm=True normalizes queries and keys with the norm, and norm='none' is none"),
+    (["--config.norm=none", "--config.norm_position=deepnorm"],
+     "error: norm_position='deepnorm' is post-norm with a scaled residual; it needs a norm"),
+    (["--config.norm_position=deepnorm", "--config.scaled_residual_init=True"],
+     "error: norm_position='deepnorm' sets its own init"),
 ])
 def test_bad_config_is_one_line_before_anything_runs(tmp_path, flags, message):
   wd = tmp_path / "wd"
@@ -116,6 +123,33 @@ def test_resumed_run_equals_straight_run(tmp_path, monkeypatch):
                                           "final_norm", "logits"]
   assert len(g_s["init"]["w2"]) == len(g_s["init"]["blocks"]) == c.num_layers
   assert not (straight / "diverged.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fields, layers", [
+    ({"norm_position": "peri", "qk_norm": True},
+     ["embed", "pos", "embed_norm", "block_0", "block_1", "block_2", "final_norm", "logits"]),
+    ({"norm_position": "deepnorm", "norm": "rms"},
+     ["embed", "pos", "block_0", "block_1", "block_2", "logits"]),
+])
+def test_new_placements_train_end_to_end(tmp_path, monkeypatch, fields, layers):
+  from configs import transformer as cfg
+  from experiments import transformer as exp
+  _tiny_novels(tmp_path, monkeypatch)
+  c = cfg.get_config("smoke")
+  c.data_dir, c.num_steps, c.eval_every_steps = str(tmp_path), 6, 3
+  for k, v in fields.items():
+    setattr(c, k, v)
+  wd = tmp_path / "wd"
+  exp.train_and_evaluate(c, str(wd))
+  records = metrics(wd)
+  assert [r["step"] for r in records] == [3, 6]
+  assert all(math.isfinite(r["valid_bpc"]) and math.isfinite(r["train_nll"]) for r in records)
+  assert math.isfinite(records[-1]["test_bpc"])
+  g = json.loads((wd / "grad_norms.json").read_text())
+  assert list(g["init"]["layers"]) == layers
+  assert json.loads((wd / "config.json").read_text())["config"]["norm_position"] == \
+      fields["norm_position"]
 
 
 @pytest.mark.slow
