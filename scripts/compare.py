@@ -44,9 +44,21 @@ def load(workdir: str) -> dict:
   if not (wd / "metrics.jsonl").is_file():
     raise CompareError(f"{workdir}: no metrics.jsonl (not the workdir of a run?)")
   try:
-    metrics = figures.read_metrics(wd)
-  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    lines = [l for l in (wd / "metrics.jsonl").read_text().splitlines() if l.strip()]
+  except (OSError, UnicodeDecodeError) as e:
     raise CompareError(f"{workdir}/metrics.jsonl cannot be read: {e}") from None
+  # Every line, the last too: a record cut short (a full disk, a kill while it
+  # was written) left out would make the one before it the run's "final".
+  metrics = []
+  for i, line in enumerate(lines):
+    try:
+      r = json.loads(line)
+    except json.JSONDecodeError:
+      r = None
+    if not isinstance(r, dict) or "step" not in r:
+      raise CompareError(f"{workdir}/metrics.jsonl line {i + 1} of {len(lines)} is not a whole "
+                         "record (cut short?); rerun the run's command to evaluate it again")
+    metrics.append(r)
   config = {}
   if (wd / "config.json").is_file():
     try:

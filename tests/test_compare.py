@@ -212,3 +212,17 @@ def test_runs_of_different_experiments_are_refused_and_partial_metrics_named(tmp
   c = _records(tmp_path / "c", {"experiment": "pi_mnist", "norm": "none"}, [{"valid_nll": 0.6}])
   md = compare.compare([a, c], ["valid_nll"], out=tmp_path / "y.png")
   assert md.strip().endswith("Not every run records every metric: test_error only in a.")
+
+
+def test_a_damaged_record_is_refused_not_dropped(tmp_path):
+  """A last line cut short would leave the evaluation before it as the final."""
+  from scripts import compare
+  a = fake_run(tmp_path / "a", {"norm": "layer"}, [0.3, 0.2])
+  text = (a / "metrics.jsonl").read_text()
+  (a / "metrics.jsonl").write_text(text[:-10])
+  with pytest.raises(SystemExit) as stop:
+    compare.main([str(a), "--out", str(tmp_path / "f.png")])
+  assert stop.value.code == (
+      f"error: {a}/metrics.jsonl line 2 of 2 is not a whole record (cut short?); rerun the "
+      "run's command to evaluate it again")
+  assert not (tmp_path / "f.png").exists()
