@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.runner import figures
+from scripts.paper import inputs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,7 +99,6 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
              f"({state_of(workdir(args, name), overrides)[1]}); redraw.py draws from whole "
              "records only and trains nothing")
   # Every input of the runs to come, before the first of them starts.
-  from scripts.paper import inputs  # pylint: disable=import-outside-toplevel
   inputs.check(args.target, [config_dict(config, args.preset, o) for _, o in pending])
   for name, _ in pending:
     if (holder := lock_holder(workdir(args, name))) is not None:
