@@ -7,11 +7,18 @@ r"""The command line of a run: its flags, the config loader and the errors.
 The config's ``experiment`` field names the experiment (``experiments/<name>.py``),
 whose ``train_and_evaluate(config, workdir)`` does the work (experiments/runner/loop.py).
 The config file is read once, by ``config_flags``; every mistake in it or in the
-flags is one line and exit status 2.
+flags is one line and exit status 2. Each ``--config.<field>=<value>`` is
+checked against the type of the field's value in the config file before
+anything runs (:func:`check_overrides`): an integer field takes an integer, a
+tuple field a tuple (``--config.hidden=(1000,)``; a bare ``1000`` is refused,
+not quietly made a one-element tuple), each element of the type the file's
+elements have.
 """
 
 from __future__ import annotations
 
+import ast
+import copy
 import ctypes
 import difflib
 import importlib
@@ -79,9 +86,11 @@ def check_environment() -> None:
 
 
 class _Loaded:
-  """The config that config_flags loaded, kept for the error messages."""
+  """The config that config_flags loaded, kept for the error messages, and a
+  copy as the file gave it (before the overrides), for their types."""
   spec: str | None = None
   config = None
+  defaults = None
 
 
 def _where(e: BaseException, path: str) -> str:
@@ -116,6 +125,7 @@ def _load(parse, spec: str):
     raise UserError(f"config file {path!r} not found; configs are in configs/*.py: "
                     + ", ".join(confighelp.available()))
   _Loaded.spec, _Loaded.config = spec, config
+  _Loaded.defaults = copy.deepcopy(config)
   return config
 
 
@@ -165,6 +175,116 @@ def _help(argv: list[str]) -> None:
   sys.exit(0)
 
 
+def overrides(argv: list[str]) -> list[tuple[str, str | None]]:
+  """``(field path, value as typed)`` of each ``--config.<field>`` in ``argv``;
+  the value None for a boolean's ``--config.f`` / ``--noconfig.f``."""
+  out = []
+  for i, arg in enumerate(argv):
+    m = re.fullmatch(r"--?(no)?config\.([\w.]+)(?:=(.*))?", arg, re.S)
+    if not m:
+      continue
+    raw = m.group(3)
+    if raw is None and not m.group(1) and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+      raw = argv[i + 1]  # --config.f VALUE; absl's form for a non-boolean flag
+    out.append((m.group(2), raw))
+  return out
+
+
+_ELEMENTS = {int: "integers", float: "numbers", str: "strings", bool: "booleans"}
+
+
+def _get(config, path: str):
+  for field in path.split("."):
+    config = config[field]
+  return config
+
+
+def _type_error(path: str, raw: str | None, default, value) -> str | None:
+  """Why the override ``path=raw`` (now ``value``) does not fit the field whose
+  value in the config file is ``default``; None if it does."""
+  shown = raw if raw is not None else value
+  if default is None or hasattr(default, "keys"):
+    return None  # a placeholder, or a ConfigDict (its own fields are checked)
+  if isinstance(default, bool):
+    ok, kind = isinstance(value, bool), "a boolean (true or false)"
+  elif isinstance(default, int):
+    ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+  elif isinstance(default, float):
+    ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+  elif isinstance(default, str):
+    ok, kind = isinstance(value, str), "a string"
+  elif isinstance(default, (tuple, list)):
+    kinds = {type(x) for x in default}
+    elem = kinds.pop() if len(kinds) == 1 else None
+    what = f"a tuple of {_ELEMENTS[elem]}" if elem in _ELEMENTS else "a tuple"
+    example = tuple(default) or (1,)
+    try:
+      typed = ast.literal_eval(raw) if raw is not None else value
+    except (ValueError, SyntaxError):
+      return (f"{path}={shown} is not valid: {path} is {what} (the config's is "
+              f"{tuple(default)}); write it as a Python tuple, e.g. --config.{path}="
+              f"{example!r}")
+    if not isinstance(typed, (tuple, list)):
+      return (f"{path}={shown} is not valid: {path} is {what} (the config's is "
+              f"{tuple(default)}); for one value write --config.{path}=({typed!r},)")
+    if elem is not None:
+      for x in typed:
+        fits = (isinstance(x, elem) and (elem is bool or not isinstance(x, bool))
+                or elem is float and isinstance(x, int) and not isinstance(x, bool))
+        if not fits:
+          return (f"{path}={shown} is not valid: {path} is {what} (the config's is "
+                  f"{tuple(default)}), and {x!r} is not one")
+    return None
+  else:
+    return None
+  if ok:
+    return None
+  return f"{path}={shown} is not valid: {path} is {kind} (the config's is {default!r})"
+
+
+def experiments_available() -> list[str]:
+  """The experiments a config may name: experiments/<name>.py files with a
+  ``train_and_evaluate``."""
+  here = Path(__file__).resolve().parents[1]
+  return sorted(p.stem for p in here.glob("*.py")
+                if "def train_and_evaluate(" in p.read_text(errors="replace"))
+
+
+def check_experiment(config) -> None:
+  name = config.get("experiment")
+  if name is None:
+    raise UserError(f"{_Loaded.spec}: the config has no 'experiment' field naming "
+                    "experiments/<name>.py")
+  available = experiments_available()
+  if name not in available:
+    raise UserError(f"experiment={name!r} is not an experiment; choose one of: "
+                    f"{', '.join(available)} (experiments/<name>.py with a "
+                    "train_and_evaluate)")
+
+
+def check_overrides(argv: list[str]) -> None:
+  """Each ``--config.<field>`` against the type of the field in the config
+  file, and the experiment it names, before anything runs."""
+  config, defaults = _Loaded.config, _Loaded.defaults
+  if config is None or defaults is None:
+    return
+  for path, raw in overrides(argv):
+    try:
+      default, value = _get(defaults, path), _get(config, path)
+    except (KeyError, AttributeError, TypeError):
+      continue  # named by _unknown_field
+    message = _type_error(path, raw, default, value)
+    if message:
+      raise UserError(message)
+  check_experiment(config)
+
+
+def check_workdir(workdir: str | None) -> None:
+  if workdir is not None and not workdir.strip():
+    raise UserError("--workdir is empty; give the run's directory, e.g. --workdir runs/<name> "
+                    "(a new one, or the run's own to resume it)")
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, with every mistake in the flags as one line and exit 2."""
   _install_loader()
@@ -172,7 +292,10 @@ def parse_flags(argv: list[str]) -> list[str]:
     if any(a in ("--help", "-h", "--helpshort", "--helpfull", "-?") for a in argv[1:]):
       _help(argv)
     check_environment()
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
+    check_workdir(_WORKDIR.value)
+    check_overrides(argv)
+    return rest
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -195,9 +318,7 @@ def main(argv: list[str]) -> None:
   config = _CONFIG.value
   try:
     parallel.initialize_from_flags()  # before anything asks JAX for devices
-    if "experiment" not in config:
-      raise UserError(f"{_Loaded.spec}: the config has no 'experiment' field naming "
-                      "experiments/<name>.py")
+    check_experiment(config)
     try:
       experiment = importlib.import_module(f"experiments.{config.experiment}")
     except ModuleNotFoundError:

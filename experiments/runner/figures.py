@@ -20,6 +20,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from experiments.runner import records
+
 Metrics = list[dict]  # one run's metrics.jsonl records, in order
 Runs = Mapping[str, Any]  # label -> workdir | Metrics | list of either (seeds)
 X_AXES = ("step", "epoch")
@@ -36,13 +38,14 @@ def mean_sd(values, fmt: str = ".4f") -> str:
 
 
 def read_metrics(workdir: str | Path) -> Metrics:
-  """The records of ``workdir/metrics.jsonl``. A last line that does not parse
-  (what a full disk or a killed writer leaves) is skipped."""
+  """The records of ``workdir/metrics.jsonl``, non-finite metrics as floats
+  (records.py's form). A last line that does not parse (what a full disk or
+  a killed writer leaves) is skipped."""
   lines = [l for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
   out = []
   for i, line in enumerate(lines):
     try:
-      out.append(json.loads(line))
+      out.append(records.restore(json.loads(line)))
     except json.JSONDecodeError:
       if i < len(lines) - 1:
         raise

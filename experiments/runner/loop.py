@@ -18,10 +18,13 @@ its data, its model and ``create_train_state``, ``train_step``, ``eval_step`` (a
     return loop.run(config, workdir, setup)   # options: loop.Options.of(config)
 
 The loop owns the rest: the workdir (lock, config.json, checks), resume from the
-newest checkpoint that restores, metrics.jsonl and TensorBoard, progress, the
-NaN stop, evaluation (every ``Options.eval_every_steps`` updates, 0 = at epoch
-ends only, and at every epoch end and the last step), a checkpoint after each
-evaluation, SIGINT/SIGTERM, and the summary. It drives ``train_step`` as a
+newest checkpoint that restores and has its record in metrics.jsonl (one whose
+record is damaged or missing is trained again from the one before, so every
+record is whole), metrics.jsonl and TensorBoard, progress, the NaN stop (the
+newest checkpoint whose metrics are all finite is kept), evaluation (every
+``Options.eval_every_steps`` updates, 0 = at epoch ends only, and at every
+epoch end and the last step), a checkpoint after each evaluation,
+SIGINT/SIGTERM, and the summary. It drives ``train_step`` as a
 jitted ``lax.scan`` over the steps between two evaluations (at most
 ``Options.steps_per_call`` steps a call, 0 = no limit), with the state donated;
 ``Task.scan_epoch=False`` runs one jitted call per step instead (where XLA is slow
@@ -49,6 +52,7 @@ import ml_collections
 import numpy as np
 
 from experiments.runner import parallel
+from experiments.runner import records as rec
 from experiments.runner import workdir as wdir
 from experiments.runner.errors import NonFiniteLossError, UserError
 from experiments.runner.progress import Progress, duration, epochs, epochs_touched
@@ -354,9 +358,16 @@ def _train(opts: Options, wd: Path, task: Task, t_start: float, stop: _Stop) -> 
   if calls:
     print(f"compiled the train step in {time.perf_counter() - t0:.1f}s", flush=True)
 
-  mngr = wdir.checkpoint_manager(wd)
+  # The loop keeps the two newest checkpoints and the newest whose metrics
+  # are all finite (wdir.prune), so it does its own pruning.
+  mngr = wdir.checkpoint_manager(wd, max_to_keep=None)
   try:
-    state, step = wdir.restore_latest(mngr, task.state)
+    # A checkpoint is only as good as its record: one whose line in
+    # metrics.jsonl is damaged or missing is trained again (restore_latest).
+    records, _ = rec.read(wd / rec.METRICS)
+    parallel.barrier("lnorm_records_read")  # before process 0 rewrites the file
+    state, step = wdir.restore_latest(mngr, task.state, {r["step"] for r in records})
+    good = {r["step"] for r in records if r["step"] <= step and rec.finite(r)}
     num_epochs = epochs_touched(total, spe)
     if step == 0:
       print(f"fresh run: {total} steps" + (f" ({epochs(total, spe)})" if spe else ""),
@@ -368,7 +379,7 @@ def _train(opts: Options, wd: Path, task: Task, t_start: float, stop: _Stop) -> 
     writer = parallel.metrics_writer(wdir.MetricsWriter, wd, step)
     try:
       state = _loop(opts, wd, task, calls, names, mngr, writer, state, step,
-                    eval_every, per_call, t_start, stop)
+                    eval_every, per_call, t_start, stop, good)
     finally:
       writer.close()
   finally:
@@ -379,7 +390,7 @@ def _train(opts: Options, wd: Path, task: Task, t_start: float, stop: _Stop) -> 
 
 
 def _loop(opts: Options, wd: Path, task: Task, calls, names, mngr, writer, state, first: int,
-          eval_every: int, per_call: int, t_start: float, stop: _Stop) -> Any:
+          eval_every: int, per_call: int, t_start: float, stop: _Stop, good: set[int]) -> Any:
   spe, total, feed = task.steps_per_epoch, task.num_steps, task.feed
   progress = Progress(total, first, task.examples_per_step, spe, epochs_touched(total, spe))
   pending: list[jax.Array] = []
@@ -406,7 +417,7 @@ def _loop(opts: Options, wd: Path, task: Task, calls, names, mngr, writer, state
       if evaluate:
         train = _mean(pending, names, stacked=task.scan_epoch)
         _evaluate_and_save(task, mngr, writer, progress, state, step, train,
-                           interval_s, interval_steps, wd)
+                           interval_s, interval_steps, wd, good)
         pending, interval_s, interval_steps = [], 0.0, 0
   finally:
     progress.close()
@@ -432,29 +443,56 @@ class Stopped(UserError):
 
 
 def _evaluate_and_save(task: Task, mngr, writer, progress: Progress, state, step: int,
-                       train: dict[str, float], seconds: float, steps: int, wd: Path
-                       ) -> None:
+                       train: dict[str, float], seconds: float, steps: int, wd: Path,
+                       good: set[int]) -> None:
+  """Evaluates, appends the record, then writes the checkpoint. ``good``: the
+  steps whose records are all finite, this one added if it is."""
   spe = task.steps_per_epoch
   train = {f"train_{k}": v for k, v in train.items()}
   bad = {k: v for k, v in train.items() if not np.isfinite(v)}
   if bad:
-    last = mngr.latest_step()
     where = (f"in epoch {-(-step // spe)} (steps {step - steps + 1}-{step})" if spe
              else f"in steps {step - steps + 1}-{step}")
-    kept = (f"The last good checkpoint (step {last}) is kept in {wd / 'checkpoints'}"
-            if last is not None else
-            f"No checkpoint was written yet: {wd} has none to resume from")
     name, value = next(iter(bad.items()))
-    raise NonFiniteLossError(f"{name} is {value} {where}; stopped. {kept}")
+    raise NonFiniteLossError(f"{name} is {value} {where}; stopped. {_kept(mngr, writer, wd, good)}")
   metrics = {**train, "epoch_time_s": seconds,
              "examples_per_sec": steps * task.examples_per_step / seconds}
   metrics |= {k: float(v) for k, v in task.evaluate(state).items()}
   # Metrics first, then the checkpoint: a run killed in between rewrites the
-  # metrics line on resume instead of losing it.
-  writer.write(step, _epoch_of(step, spe), metrics)
+  # metrics line on resume instead of losing it. (A checkpoint whose record is
+  # lost all the same is trained again: wdir.restore_latest.)
+  record = writer.write(step, _epoch_of(step, spe), metrics)
+  if rec.finite(record):
+    good.add(step)
   wdir.save(mngr, step, state)
+  wdir.prune(mngr, KEEP_CHECKPOINTS, max((s for s in mngr.all_steps() if s in good), default=None))
   shown = task.show or tuple(metrics)[:3]
   progress.report(step, **{k: metrics[k] for k in shown if k in metrics})
+
+
+KEEP_CHECKPOINTS = 2  # the newest; and the newest with finite metrics (wdir.prune)
+
+
+def _kept(mngr, writer, wd: Path, good: set[int]) -> str:
+  """What a NaN stop leaves to go back to: the newest checkpoint whose metrics
+  are all finite, and any newer one, which holds a non-finite metric (its
+  state may hold the NaN that the next steps met)."""
+  steps = sorted(mngr.all_steps())
+  ok = [s for s in steps if s in good]
+  if not ok:
+    out = (f"No checkpoint with finite metrics was written: {wd} has none to resume from"
+           if steps else f"No checkpoint was written yet: {wd} has none to resume from")
+  else:
+    out = f"The last good checkpoint (step {ok[-1]}) is kept in {wd / 'checkpoints'}"
+  newer = [s for s in steps if not ok or s > ok[-1]]
+  if newer:
+    by_step = {r["step"]: r for r in writer.records}
+    what = [", ".join(f"{k}={v}" for k, v in by_step.get(s, {}).items()
+                      if isinstance(v, float) and not np.isfinite(v)) or "no record"
+            for s in newer]
+    out += "; " + "; ".join(f"checkpoint {s} after it has {w}" if ok else f"checkpoint {s} has {w}"
+                            for s, w in zip(newer, what))
+  return out
 
 
 # Better higher: metrics named with one of these, and correlations (SentEval's

@@ -7,7 +7,14 @@
 drops it when the process dies, so a killed run never blocks the next).
 
 Every filesystem failure is a one-line :class:`UserError`: a workdir that is a
-file or under one, a read-only one, a full disk, a damaged config.json.
+file or under one, a read-only one, a full disk, a damaged config.json. A run
+writes nothing through a symbolic link: a workdir that holds one is refused,
+and its files are opened with ``O_NOFOLLOW``.
+
+config.json belongs to the run's start: a resume records what it ran with
+(the commit, the packages, the host, and config fields the record lacks or
+that moved, as ``data_dir``) under ``resumed_with``, never over the record.
+metrics.jsonl's form is experiments/runner/records.py's.
 """
 
 from __future__ import annotations
@@ -28,12 +35,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Container, Iterator
 
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
+from experiments.runner import records as rec
 from experiments.runner.errors import ConfigError, UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +49,8 @@ PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ml-collection
             "numpy", "tensorflow-datasets", "tensorboardX")
 # Fields a resumed run may change. num_epochs and num_steps may only grow:
 # extending a run is the point of resuming. data_dir may move: the loaders
-# verify the files' checksums, so another path holds the same data.
+# verify the files' checksums, so another path holds the same data; the move
+# is recorded under resumed_with, the run's own data_dir kept.
 GROWABLE = ("num_epochs", "num_steps")
 MOVABLE = ("data_dir",)
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -130,6 +139,8 @@ def os_error(e: OSError, path: Path | str, resume: str = "") -> UserError:
   if e.errno in _FULL:
     what = (f"no space left on the device writing {path} ({free_space(path)}); "
             "free some space")
+  elif e.errno == errno.ELOOP:
+    what = link_message(Path(path))
   elif e.errno in _READ_ONLY:
     what = f"cannot write {path} ({os.strerror(e.errno).lower()}); use a writable --workdir"
   else:
@@ -137,15 +148,39 @@ def os_error(e: OSError, path: Path | str, resume: str = "") -> UserError:
   return UserError(what + (f"; {resume}" if resume else ""))
 
 
+def link_message(path: Path) -> str:
+  try:
+    target = f" (to {os.readlink(path)})"
+  except OSError:
+    target = ""
+  return (f"{path} is a symbolic link{target}; a run writes nothing through links: "
+          "remove it, or use another --workdir")
+
+
+def check_no_links(wd: Path) -> None:
+  """Refuses a workdir that holds a symbolic link anywhere inside: the run
+  would write through it (its lock, config.json, metrics, checkpoints) to
+  wherever it points."""
+  for root, dirs, files in os.walk(wd):  # does not descend into linked folders
+    for name in sorted(dirs + files):
+      path = Path(root) / name
+      if path.is_symlink():
+        raise UserError(link_message(path))
+
+
 def write_atomic(path: Path, text: str) -> None:
   """Writes all of ``text`` or, on any error, leaves ``path`` as it was."""
   tmp = path.with_name(path.name + ".tmp")
   try:
-    with tmp.open("w") as f:
+    # A stale temporary (a crash's, or a planted link) goes first; "x" (O_CREAT
+    # | O_EXCL, which never follows a link) then writes a new file here.
+    with contextlib.suppress(FileNotFoundError):
+      tmp.unlink()
+    with tmp.open("x") as f:
       f.write(text)
       f.flush()
       os.fsync(f.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
   except OSError as e:
     with contextlib.suppress(OSError):
       tmp.unlink()
@@ -157,14 +192,20 @@ _write = os.write  # what append writes with (a test makes it fail as a full dis
 
 def append(path: Path, text: str) -> None:
   """Appends ``text`` whole or not at all: a failed write (a full disk) is cut
-  back to the file's old length, so no partial line is left behind."""
-  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+  back to the file's old length, so no partial line is left behind. Synced
+  before it returns: the checkpoint written after a metrics record must not
+  outlive the record in a power cut."""
+  try:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+  except OSError as e:
+    raise os_error(e, path) from None
   try:
     size = os.fstat(fd).st_size
     try:
       data = text.encode()
       while data:
         data = data[_write(fd, data):]
+      os.fsync(fd)
     except OSError as e:
       with contextlib.suppress(OSError):
         os.ftruncate(fd, size)
@@ -186,8 +227,10 @@ def writable(directory: Path) -> OSError | None:
 
 def _config_record(wd: Path) -> dict | None:
   path = wd / "config.json"
-  if not path.exists():
+  if not path.exists() and not path.is_symlink():
     return None
+  if path.is_symlink():
+    raise UserError(link_message(path))
   try:
     record = json.loads(path.read_text())
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
@@ -230,6 +273,7 @@ class RunDir:
     self._lock_fd: int | None = None
     self._check_path()
     if self.path.is_dir():
+      check_no_links(self.path)
       self._lock()
       try:
         record = _config_record(self.path)
@@ -266,7 +310,7 @@ class RunDir:
       return
     path = self.path / "lock"
     try:
-      fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+      fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as e:
       raise os_error(e, path) from None
     try:
@@ -295,6 +339,7 @@ class RunDir:
     try:
       self._lock()
       # Read again under the lock: another run may have started it meanwhile.
+      check_no_links(self.path)
       old_record = _config_record(self.path)
       cfg = self.config_json()
       if old_record is not None:
@@ -313,10 +358,20 @@ class RunDir:
     if old_record is None:
       record = {"config": cfg, **now}
     else:
-      # The run belongs to the code that started it; a resume under other code
-      # or packages is recorded beside it, not over it.
-      record = {**old_record, "config": cfg}
-      seen = [{k: old_record.get(k) for k in now}, *old_record.get("resumed_with", [])]
+      # The run belongs to the code and config that started it; a resume under
+      # other code, packages or host, or with a config field the record lacks
+      # (added to the config since) or one that may move (data_dir), is
+      # recorded beside it, not over it. Only num_epochs and num_steps, the
+      # run's extent, are updated in place.
+      old_cfg = old_record["config"]
+      record = {**old_record, "config": {
+          **old_cfg, **{k: cfg[k] for k in GROWABLE if k in cfg and k in old_cfg}}}
+      changed = {k: v for k, v in cfg.items()
+                 if k not in old_cfg or (k not in GROWABLE and old_cfg[k] != v)}
+      if changed:
+        now["config"] = changed
+      seen = [{k: old_record.get(k) for k in now if k != "config"},
+              *old_record.get("resumed_with", [])]
       if now != seen[-1]:
         record["resumed_with"] = seen[1:] + [now]
     write_atomic(self.path / "config.json",
@@ -337,34 +392,26 @@ class RunDir:
 def read_metrics(path: Path) -> tuple[list[dict], int]:
   """The records of a metrics.jsonl, and how many lines did not parse (a partial
   last line is what a full disk or a crash mid-write leaves)."""
-  records, bad = [], 0
-  for line in path.read_text().splitlines() if path.exists() else []:
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-      if not isinstance(record, dict) or "step" not in record:
-        raise ValueError
-      records.append(record)
-    except ValueError:
-      bad += 1
-  return records, bad
+  records, damaged = rec.read(path)
+  return records, len(damaged)
 
 
 class MetricsWriter:
-  """Appends one JSON object per evaluation to metrics.jsonl and the same
-  scalars to TensorBoard. On resume, records past the restored step are
-  dropped (the run writes them again), and so is a partial line."""
+  """Appends one JSON object per evaluation to metrics.jsonl (records.py's
+  strict form) and the same scalars to TensorBoard. On resume, records past
+  the restored step are dropped (the run writes them again), and so are
+  damaged lines (the loop has checked that none of them is a record the run
+  keeps: :func:`check_records`)."""
 
   def __init__(self, wd: Path, resume_step: int):
-    self.path = wd / "metrics.jsonl"
+    self.path = wd / rec.METRICS
     self.records: list[dict] = []
     if self.path.exists():
-      records, bad = read_metrics(self.path)
-      if bad:
-        print(f"metrics: dropped {bad} damaged line(s) of {self.path}", flush=True)
+      records, damaged = rec.read(self.path)
+      if damaged:
+        print(f"metrics: dropped {len(damaged)} damaged line(s) of {self.path}", flush=True)
       self.records = [r for r in records if r["step"] <= resume_step]
-      write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
+      write_atomic(self.path, "".join(rec.encode(r) for r in self.records))
     from tensorboardX import SummaryWriter  # Lazy: it imports protobuf.
     self.tb = SummaryWriter(str(wd / "tensorboard"),
                             purge_step=resume_step + 1 if resume_step else None)
@@ -373,7 +420,7 @@ class MetricsWriter:
             ) -> dict[str, Any]:
     record = {"step": int(step), **({} if epoch is None else {"epoch": epoch}),
               "wall_time": time.time(), **{k: float(v) for k, v in metrics.items()}}
-    append(self.path, json.dumps(record) + "\n")
+    append(self.path, rec.encode(record))
     self.records.append(record)
     for k, v in metrics.items():
       self.tb.add_scalar(k, float(v), global_step=int(step))
@@ -398,14 +445,25 @@ def _abstract(state: Any) -> Any:
   return jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
 
 
-def restore_latest(mngr: ocp.CheckpointManager, state: Any) -> tuple[Any, int]:
+def restore_latest(mngr: ocp.CheckpointManager, state: Any,
+                   recorded: Container[int] | None = None) -> tuple[Any, int]:
   """``(state, step)`` from the newest checkpoint that restores, or the given
   state and 0 if there is none. Newer ones that do not restore (truncated,
   unreadable) are moved to ``damaged_checkpoints/`` beside ``checkpoints/``,
-  with a line that says so; if none restores, a UserError."""
+  with a line that says so; if none restores, a UserError.
+
+  With ``recorded`` (the steps metrics.jsonl has records of), a checkpoint
+  without its record is passed over and removed, with a line that says so:
+  the run trains again from the checkpoint before it (bit for bit the same
+  steps) and writes the record whole, train metrics and all, which no
+  evaluation of the checkpoint alone could. A damaged line before the record
+  of the checkpoint it restores is refused (:func:`check_records`)."""
   steps = sorted(mngr.all_steps(), reverse=True)
+  unrecorded = [s for s in steps if recorded is not None and s not in recorded]
   failed: list[tuple[int, str]] = []
   for step in steps:
+    if step in unrecorded:
+      continue
     try:
       # Orbax logs what it could not parse; the line below says what it means.
       with _orbax_held():
@@ -424,13 +482,68 @@ def restore_latest(mngr: ocp.CheckpointManager, state: Any) -> tuple[Any, int]:
         print(f"checkpoint {bad} does not restore ({reason}); moved it to {target} and "
               f"resumed from checkpoint {step}", flush=True)
       mngr.reload()
+    if recorded is not None:
+      check_records(Path(mngr.directory).parent, step)  # before anything is removed
+    _drop_unrecorded(mngr, unrecorded, step)
     return restored, int(step)
   if failed:
     step, reason = failed[0]
     raise UserError(f"no checkpoint in {mngr.directory} restores (the newest, {step}: "
                     f"{reason}); use a new --workdir, or remove {mngr.directory} to train "
                     "this run afresh")
+  _drop_unrecorded(mngr, unrecorded, 0)
   return state, 0
+
+
+def _drop_unrecorded(mngr: ocp.CheckpointManager, unrecorded: list[int], base: int) -> None:
+  if not unrecorded:
+    return
+  for step in unrecorded:
+    with _orbax_held():
+      mngr.delete(step)
+  names = ", ".join(str(s) for s in sorted(unrecorded))
+  print(f"checkpoint{'s' * (len(unrecorded) > 1)} {names} ha{'ve' if len(unrecorded) > 1 else 's'}"
+        f" no record in {Path(mngr.directory).parent / rec.METRICS} (a damaged or missing "
+        f"line): removed, and steps {base + 1}-{max(unrecorded)} are trained again from "
+        + (f"checkpoint {base}" if base else "the start") + " to record them whole",
+        flush=True)
+
+
+def check_records(wd: Path, step: int) -> None:
+  """Refuses a resume from ``step`` when a damaged line of metrics.jsonl comes
+  before step's record: the record it held is of a step whose checkpoint is
+  gone, so nothing can make it again, and the run's records would have a hole."""
+  path = wd / rec.METRICS
+  if not step or not path.exists():
+    return
+  lines = path.read_text(errors="replace").splitlines()
+  damaged, at = [], None
+  for i, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      if rec.decode(line)["step"] == step:
+        at = i
+    except ValueError:
+      damaged.append(i)
+  before = [i for i in damaged if at is not None and i < at]
+  if before:
+    raise UserError(
+        f"line {before[0]} of {path} is damaged, before the record of step {step} that the run "
+        "resumes from, and no checkpoint is left to make that record again: restore the "
+        "file from a copy, delete the line to go on without that record, or start afresh "
+        "with another --workdir")
+
+
+def prune(mngr: ocp.CheckpointManager, keep: int, good: int | None) -> None:
+  """Removes all checkpoints but the ``keep`` newest and ``good`` (the newest
+  whose metrics are all finite: after a NaN stop it is the one to go back to,
+  and must outlive the newer, non-finite ones)."""
+  steps = sorted(mngr.all_steps())
+  for step in steps[:-keep] if keep else steps:
+    if step != good:
+      with _orbax_held():
+        mngr.delete(step)
 
 
 # Orbax's errors in its writer threads, as TensorStore words them: "...:
