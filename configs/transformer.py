@@ -62,7 +62,9 @@ def get_config(preset: str = "cpu") -> ml_collections.ConfigDict:
   # and after each sublayer, on the input, and a final one) | deepnorm (Wang et al.
   # 2022: N(alpha x + F(x)), alpha and the init's beta from num_layers) | none (takes norm=none)
   c.norm_position = "pre"
-  c.qk_norm = False             # normalize each head's queries and keys with `norm` (Henry et al. 2020, Dehghani et al. 2023)
+  # normalize each head's queries and keys with `norm`, own gains (Henry et al. 2020;
+  # Dehghani et al. 2023), with any norm_position
+  c.qk_norm = False
   c.seed = 0                    # PRNG seed: init, the training windows, the gradient-norm batch
   c.num_layers = 12             # blocks; the study's deep model (2 is its shallow one)
   c.d_model = 64                # width of the residual stream

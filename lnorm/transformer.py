@@ -14,10 +14,11 @@ and ``norm`` the N: ``layer`` (``normalization.layer_norm``, gain and bias),
 ``none``; every N has its own parameters. Pre- and peri-norm stacks end with
 one more N before the output layer (the residual stream is never normalized
 otherwise); post- and deepnorm stacks already end in one. Peri-LN also
-normalizes the input (embeddings plus positions), as Kim et al. do.
-DeepNet's alpha = (2 L)^(1/4) scales the residual and its beta = (8 L)^(-1/4)
-multiplies the Xavier init of W^V, W^O, W^1 and W^2 (their Table 1, for a
-decoder-only stack of L blocks; ``deepnorm_alpha_beta``).
+normalizes the input (embeddings plus positions): Kim et al.'s embedding
+norm, which they list as optional. DeepNet's alpha = (2 L)^(1/4) scales the
+residual and its beta = (8 L)^(-1/4) multiplies the Xavier init of W^V, W^O,
+W^1 and W^2 (the table in their Figure 2, for a decoder-only stack of L
+blocks; ``deepnorm_alpha_beta``).
 
 ``qk_norm=True`` (Henry et al. 2020; Dehghani et al. 2023) normalizes each
 head's queries and keys over the head's K features before their dot product,
@@ -132,8 +133,9 @@ def check_seq_len(seq_len: int, max_len: int) -> None:
 
 def deepnorm_alpha_beta(num_layers: int) -> tuple[float, float]:
   """DeepNet's constants for a decoder-only stack of ``num_layers`` blocks
-  (Wang et al. 2022, Table 1): the residual's alpha = (2 N)^(1/4) and the init
-  gain beta = (8 N)^(-1/4) of W^V, W^O and the MLP's two matrices."""
+  (Wang et al. 2022, the table in their Figure 2): the residual's alpha =
+  (2 N)^(1/4) and the init gain beta = (8 N)^(-1/4) of W^V, W^O and the MLP's
+  two matrices."""
   return (2 * num_layers) ** 0.25, (8 * num_layers) ** -0.25
 
 

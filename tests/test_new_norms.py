@@ -237,7 +237,8 @@ POINTWISE = {
             lambda x, p, g, b: jnp.tanh(p[0] * x) * last(g, x) + last(b, x), (0.7,)),
     "derf": (lambda x, p, g, b: N.derf(x, p[0], p[1], g, b),
              lambda x, p, g, b: np_derf(x, p[0], p[1], g, b),
-             lambda x, p, g, b: jax.scipy.special.erf(p[0] * x + p[1]) * last(g, x) + last(b, x), (0.7, -0.3)),
+             lambda x, p, g, b: jax.scipy.special.erf(p[0] * x + p[1]) * last(g, x) + last(b, x),
+             (0.7, -0.3)),
 }
 
 
@@ -324,14 +325,15 @@ def naive_scale_norm(x, g, eps):
 @pytest.mark.parametrize("shape", [(5, 7), (2, 3, 300), (4, 4096)])
 def test_scale_norm_matches_float64(shape):
   x = (RNG.normal(size=shape) * 3 + 1).astype(np.float32)
-  g = np.float32(scale_norm_g := N.scale_norm_g0(shape[-1]))
+  g0 = N.scale_norm_g0(shape[-1])
+  assert g0 == math.sqrt(shape[-1])
+  g = np.float32(g0)
   y = jax.jit(N.scale_norm, static_argnames="eps")(x, g, eps=EPS)
   assert y.dtype == jnp.float32 and y.shape == shape
   assert rel_err(y, np_scale_norm(x, np.float64(g), EPS)[0]) < tol32(shape[-1])
   # At the initial g every row has unit RMS.
   rms = np.sqrt((np.asarray(y, np.float64) ** 2).mean(-1))
   np.testing.assert_allclose(rms, 1.0, rtol=tol32(shape[-1]))
-  assert scale_norm_g == math.sqrt(shape[-1])
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])

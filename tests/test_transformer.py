@@ -72,7 +72,7 @@ def _ref_sinusoids(T, D):
 
 def ref_block(x, b, *, num_layers, num_heads, norm, norm_position, qk_norm=False):
   """One block, from the placements' equations (lnorm/transformer.py's diagram;
-  deepnorm's alpha from Wang et al.'s Table 1 for a decoder-only stack)."""
+  deepnorm's alpha from Wang et al.'s Figure 2 table, decoder-only)."""
   attn = lambda x: _ref_attention(x, b["attn"], num_heads, norm if qk_norm else None)
   mlp = lambda x: _ref_mlp(x, b["mlp"])
   N = lambda x, name: _ref_norm(x, b[name], norm)
@@ -177,7 +177,7 @@ def test_one_block_is_its_equation(norm, norm_position):
 
 
 def test_deepnorm_constants_and_init():
-  # Wang et al. 2022, Table 1, decoder-only: alpha = (2N)^(1/4), beta = (8N)^(-1/4).
+  # Wang et al. 2022, Figure 2's table, decoder-only: alpha = (2N)^(1/4), beta = (8N)^(-1/4).
   for n, alpha, beta in ((1, 2 ** 0.25, 8 ** -0.25), (6, 12 ** 0.25, 48 ** -0.25),
                          (12, 24 ** 0.25, 96 ** -0.25)):
     a, b = tr.deepnorm_alpha_beta(n)
