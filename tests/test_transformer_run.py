@@ -18,6 +18,7 @@ import pytest
 from lnorm.data import bytes_lm, files
 from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.test_bytes_lm import _write_novels
+from tests.test_reproduce import fake_inputs
 
 
 # -- Bad input at config time: one line, exit status 2. --------------------------
@@ -243,6 +244,7 @@ def test_target_records_divergence_and_judges_each_claim(tmp_path, monkeypatch):
   from scripts.paper import transformer as target
   FakeTransformerRun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeTransformerRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/transformer.py:smoke")
   argv = ["transformer", "--preset", "smoke", "--seeds", "2", "--runs_dir",
           str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")]
   reproduce.main(argv)
@@ -293,6 +295,7 @@ def test_a_failed_run_still_stops_the_target(tmp_path, monkeypatch):
       self.returncode = 1
 
   monkeypatch.setattr(runs.subprocess, "Popen", Broken)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/transformer.py:smoke")
   with pytest.raises(SystemExit) as e:
     reproduce.main(["transformer", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
                     "--results_dir", str(tmp_path / "res")])
