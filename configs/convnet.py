@@ -30,7 +30,7 @@ import ml_collections
 def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "convnet"      # the loop in experiments/convnet.py
-  c.norm = "layer"              # none | layer | batch | weight | rms
+  c.norm = "layer"              # a dense/conv layer's norm (lnorm/norms.py: none, layer, batch, weight, rms, group, dyt, derf, scale) or package.module:Name
   c.seed = 0                    # PRNG seed: init, shuffling
   c.batch_size = 128            # minibatch size
   c.num_epochs = 20             # epochs of training
@@ -42,6 +42,7 @@ def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c.num_valid = 5000            # held out from the end of the training file
   c.channels = (32, 64)         # channels of the conv blocks
   c.hidden = 256                # units of the dense hidden layer
+  c.norm_groups = 0             # norm=group: groups of features, dividing every normalized layer's; 0 = the largest divisor up to 32 (Wu & He's G)
   c.eps = 1e-5                  # normalization eps (added to the variance)
   c.bn_momentum = 0.99          # batch norm running-average decay
   c.bn_unbiased = False         # batch norm: N/(N-1) variance in training

@@ -33,22 +33,34 @@ LR_GRID = {128: (3e-4, 1e-3, 3e-3), 4: (3e-5, 1e-4, 3e-4)}
 LEARNING_RATES = {("none", 128): 3e-4, ("layer", 128): 3e-4, ("batch", 128): 3e-4,
                   ("none", 4): 1e-4, ("layer", 4): 3e-5, ("batch", 4): 3e-4}
 
+
+def learning_rate(norm: str, batch_size: int) -> float:
+  """The searched rate of (norm, batch_size); a one-line ValueError for a pair
+  the search did not cover (never another norm's rate)."""
+  if (norm, batch_size) not in LEARNING_RATES:
+    raise ValueError(f"no searched learning rate for norm={norm!r} at batch {batch_size} "
+                     "(searched: " + ", ".join(f"{n}@{b}" for n, b in LEARNING_RATES)
+                     + "); give --config.learning_rate")
+  return LEARNING_RATES[norm, batch_size]
+
+
 def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "pi_mnist"     # the loop in experiments/pi_mnist.py
-  c.norm = "layer"              # none | layer | batch | weight | rms
+  c.norm = "layer"              # a dense/conv layer's norm (lnorm/norms.py: none, layer, batch, weight, rms, group, dyt, derf, scale) or package.module:Name
   c.seed = 0                    # PRNG seed: init, shuffling
   c.batch_size = 128            # the paper: 128 or 4
   c.num_epochs = 60             # the paper's Figure 6 spans 60 epochs
   # Adam. The paper gives none; this is the searched rate for the default
   # (layer, 128). Other norms and batch sizes: see LEARNING_RATES above.
-  c.learning_rate = LEARNING_RATES["layer", 128]
+  c.learning_rate = learning_rate("layer", 128)
   c.data_dir = ""               # '' = $LNORM_DATA_DIR, else ~/.cache/lnorm/data
   c.data_source = "idx"         # idx: <data_dir>/<dataset>/*.gz files; tfds: TFDS
   c.dataset = "mnist"           # mnist | fashion_mnist
   c.num_train = 0               # training images used; 0 = all 55,000
   c.num_valid = 5000            # held out from the end of the training file
   c.hidden = (1000, 1000)       # hidden layer sizes
+  c.norm_groups = 0             # norm=group: groups of features, dividing every normalized layer's; 0 = the largest divisor up to 32 (Wu & He's G)
   c.eps = 1e-5                  # normalization eps (added to the variance)
   c.bn_momentum = 0.99          # batch norm running-average decay
   c.bn_unbiased = True          # batch norm: N/(N-1) variance (the paper at batch 4)

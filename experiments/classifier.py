@@ -21,19 +21,28 @@ from flax.training import train_state
 
 from experiments.runner import loop
 from experiments.runner.errors import check, check_common
+from lnorm import norms as lnorms
 from lnorm.data import mnist
 
 Data = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def validate(config: ml_collections.ConfigDict, norms) -> None:
+def validate(config: ml_collections.ConfigDict, norms, widths) -> None:
+  """``norms``: the model's ``accept``; ``widths()``: the features of each
+  normalized layer (group norm's groups must divide each), read once the
+  norm is known."""
   check_common(config, norms)
+  try:
+    lnorms.check_fit(config.norm, widths(), groups=config.norm_groups)
+  except ValueError as e:
+    check(False, str(e))
   check(config.dataset in mnist.DATASETS,
         f"dataset={config.dataset!r} is not valid; choose one of: {', '.join(mnist.DATASETS)}")
   check(config.num_valid >= 1, f"num_valid={config.num_valid} must be at least 1")
   check(config.num_train >= 0, f"num_train={config.num_train} must be 0 (all) or more")
   check(config.eval_batch_size >= 1, "eval_batch_size must be at least 1")
-  check(not (config.norm == "batch" and config.bn_unbiased and config.batch_size < 2),
+  check(not (lnorms.get(config.norm).running_stats and config.bn_unbiased
+             and config.batch_size < 2),
         "batch norm with unbiased variance needs batch_size >= 2")
 
 

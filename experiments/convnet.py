@@ -7,21 +7,21 @@ import ml_collections
 from experiments import classifier
 from experiments.runner import loop, parallel
 from experiments.runner.errors import check
+from lnorm import layers
 from lnorm.convnet import ConvNet
-from lnorm.layers import NORMS
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  classifier.validate(config, NORMS)
   check(all(c >= 1 for c in config.channels) and config.hidden >= 1,
         f"channels={config.channels} and hidden={config.hidden} need sizes >= 1")
+  classifier.validate(config, layers.accept, lambda: (*config.channels, config.hidden))
   parallel.bn_groups(config)  # bn_stats and num_devices, before the data loads
 
 
 def create_model(config) -> ConvNet:
   return ConvNet(channels=config.channels, hidden=config.hidden, norm=config.norm,
                  eps=config.eps, momentum=config.bn_momentum, unbiased=config.bn_unbiased,
-                 bn_groups=parallel.bn_groups(config))
+                 bn_groups=parallel.bn_groups(config), norm_groups=config.norm_groups)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str

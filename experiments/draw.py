@@ -24,13 +24,13 @@ from experiments.runner import loop
 from experiments.runner import train_state as ts
 from experiments.runner.errors import at_least, check, check_common, off_or_more, positive
 from lnorm.data import binarized_mnist
-from lnorm.draw import DRAW, NORMS, negative_bound
+from lnorm.draw import DRAW, accept, negative_bound
 
 SPLIT_IDS = {"valid": 0, "test": 1}  # each split's fixed evaluation noise stream
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  check_common(config, NORMS)
+  check_common(config, accept)
   check(config.data_source in binarized_mnist.SOURCES,
         f"data_source={config.data_source!r} is not valid; choose one of: "
         f"{', '.join(binarized_mnist.SOURCES)}")

@@ -43,7 +43,7 @@ _BUCKET = 250  # eval batches are padded to a multiple of this: a few shapes to 
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  check_common(config, hw.NORMS)
+  check_common(config, hw.accept)
   at_least(config, 1, "hidden", "num_layers", "num_window", "num_mixtures", "max_len",
            "eval_batch_size")
   at_least(config, 0, "num_train", "num_eval", "eval_max_len", "num_samples", "num_steps")

@@ -43,7 +43,6 @@ from lnorm import efficientnet_lite as enl
 from lnorm import order_embeddings as oe
 from lnorm.data import retrieval
 
-NORMS = oe.NORMS
 EVAL_SPLITS = ("dev", "test")
 # scripts/extract_flickr8k_features.py's default --out, under lnorm's cache.
 FEATURES_NAME = "flickr8k_1k_features"
@@ -51,7 +50,7 @@ KEYS = ("init", "train")  # independent streams of the seed
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  check_common(config, NORMS)
+  check_common(config, oe.accept)
   at_least(config, 1, "embed_dim", "features", "eval_batch_size", "min_count")
   positive(config, "margin", "eps")
   off_or_more(config, "grad_clip")

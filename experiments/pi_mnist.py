@@ -7,22 +7,28 @@ import ml_collections
 from experiments import classifier
 from experiments.runner import loop, parallel
 from experiments.runner.errors import check
-from lnorm.layers import NORMS
+from lnorm import layers, norms
 from lnorm.mlp import MLP
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  classifier.validate(config, NORMS)
   check(all(h >= 1 for h in config.hidden), f"hidden={config.hidden} needs sizes >= 1")
+  classifier.validate(config, layers.accept, lambda: (*config.hidden, *_output(config)))
   parallel.bn_groups(config)  # bn_stats and num_devices, before the data loads
 
 
+def _output(config) -> tuple[int, ...]:
+  """The output layer's width if it is normalized: section 6.6 layer-
+  normalizes the hidden layers only and batch-normalizes all of them, so a
+  norm with batch statistics normalizes the output layer too."""
+  return (10,) if norms.get(config.norm).running_stats else ()
+
+
 def create_model(config) -> MLP:
-  # Section 6.6: layer norm on the hidden layers only, batch norm on all.
   return MLP(features=(*config.hidden, 10), norm=config.norm,
-             norm_output=config.norm == "batch", eps=config.eps,
+             norm_output=bool(_output(config)), eps=config.eps,
              momentum=config.bn_momentum, unbiased=config.bn_unbiased,
-             bn_groups=parallel.bn_groups(config))
+             bn_groups=parallel.bn_groups(config), norm_groups=config.norm_groups)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str

@@ -27,7 +27,7 @@ from flax.training import train_state
 from experiments.runner import loop
 from experiments.runner import train_state as ts
 from experiments.runner.errors import at_least, check, check_common, off_or_more, positive
-from lnorm import reader
+from lnorm import norms, reader
 from lnorm.data import DataError, resolve_data_dir
 from lnorm.data import cloze
 from lnorm.data import cnn_questions as cq
@@ -43,8 +43,8 @@ class TrainState(train_state.TrainState):
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  check_common(config, reader.NORMS)
-  check(not config.bn_everywhere or config.norm == "batch",
+  check_common(config, reader.accept)
+  check(not config.bn_everywhere or norms.get(config.norm).running_stats,
         "bn_everywhere=True needs norm='batch'")
   at_least(config, 1, "features", "embed", "attention", "eval_batch_size")
   at_least(config, 0, "num_train", "num_eval", "max_passage_tokens", "passage_sentences",

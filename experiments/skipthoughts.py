@@ -29,14 +29,14 @@ from experiments.runner import train_state as ts
 from experiments.runner.errors import at_least, check, check_common, off_or_more, positive
 from lnorm import senteval_protocol, skipthoughts
 from lnorm.data import books
-from lnorm.skipthoughts import NORMS, SkipThoughts
+from lnorm.skipthoughts import SkipThoughts, accept
 
 
 CORPORA = ("gutenberg", "novels")  # books.load_gutenberg, books.load_novels
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  check_common(config, NORMS)
+  check_common(config, accept)
   at_least(config, 1, "vocab_size", "embed_dim", "features", "eval_batch_size")
   check(config.vocab_size > len(books.SPECIALS),
         f"vocab_size={config.vocab_size} must exceed {len(books.SPECIALS)}")

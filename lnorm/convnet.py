@@ -20,11 +20,12 @@ class ConvNet(nn.Module):
   momentum: float = 0.99
   unbiased: bool = False
   bn_groups: int = 1              # batch norm: statistics per part of the batch (NormConv.groups)
+  norm_groups: int = 0            # group norm: groups of channels (0: the largest divisor up to 32)
 
   @nn.compact
   def __call__(self, x_BxHxWxC: jax.Array, *, train: bool = True) -> jax.Array:
     kw = dict(norm=self.norm, eps=self.eps, momentum=self.momentum, unbiased=self.unbiased,
-              groups=self.bn_groups)
+              groups=self.bn_groups, norm_groups=self.norm_groups)
     h = x_BxHxWxC
     for i, c in enumerate(self.channels):
       h = nn.relu(NormConv(c, name=f"conv{i}", **kw)(h, train=train))

@@ -17,8 +17,9 @@ The loss is the negative variational bound in nats, per image:
 computed from h^dec.
 
 ``norm`` selects the LSTM, ``LSTMCell(norm=...)``: ``none``, ``layer_c`` (the
-paper's DRAW variant, LN on c_t only, eqs. 29-31) or ``layer`` (the LN-LSTM of
-eqs. 20-22).
+paper's DRAW variant, LN on c_t only, eqs. 29-31), ``layer`` (the LN-LSTM of
+eqs. 20-22), or any other norm of an LSTM without running statistics
+(``accept``).
 
 Choices DRAW's paper leaves open, made here:
 
@@ -52,13 +53,19 @@ from flax.typing import Initializer
 from lnorm import norms, recurrent
 
 Array = jax.Array
-NORMS = norms.supported("none", "layer_c", "layer")
+
+
+def accept(norm: object) -> norms.Norm:
+  """The ``Norm`` of ``norm`` if DRAW's LSTM cells take it (any norm of their
+  gates or cell state without running statistics); else one ValueError line."""
+  return norms.accept(norm, norms.GATES, norms.CELL, running_stats=False)
+
 # (canvas c_t of DRAW (8) as logits [B, H*W], encoder (c, h), decoder (c, h)).
 Carry = tuple[Array, tuple[Array, Array], tuple[Array, Array]]
 
 
 def make_cell(norm: str, features: int, eps: float = 1e-5) -> nn.RNNCellBase:
-  norms.check(norm, NORMS)
+  accept(norm)
   return recurrent.LSTMCell(features, norm=norm, eps=eps)
 
 

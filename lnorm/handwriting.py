@@ -19,7 +19,8 @@ M bivariate Gaussians, pi = softmax(pi^), sigma = exp(sigma^), rho = tanh(rho^)
 (``count_params``), the paper's "about 3.7M".
 
 ``norm``: ``none``; ``layer``, the LN-LSTM of eqs. 20-22 in all three layers;
-``layer_c``, LN on c_t only (eqs. 29-31). Layer 1 and the window are one scan
+``layer_c``, LN on c_t only (eqs. 29-31); or any other norm of an LSTM
+without running statistics (``accept``), where ``layer`` normalizes. Layer 1 and the window are one scan
 (each step needs the last window); layers 2 and 3 see their whole input once
 that scan has run, so they are ``recurrent.LSTM``, the fast sequence layer.
 ``SynthesisStep`` is the same network one point at a time, on the same
@@ -45,7 +46,14 @@ import numpy as np
 from lnorm import norms, recurrent
 
 Array = jax.Array
-NORMS = norms.supported("none", "layer", "layer_c")
+
+
+def accept(norm: object) -> norms.Norm:
+  """The ``Norm`` of ``norm`` if the network's LSTMs take it (any norm of
+  their gates or cell state without running statistics); else one
+  ValueError line."""
+  return norms.accept(norm, norms.GATES, norms.CELL, running_stats=False)
+
 
 
 def _cell(features: int, norm: str, eps: float, name: str) -> nn.RNNCellBase:
@@ -142,7 +150,7 @@ class Synthesis(_Config):
   @nn.compact
   def __call__(self, inputs_BxTx3: Array, chars_BxU: Array, char_mask_BxU: Array | None = None,
                mask_BxT: Array | None = None) -> dict[str, Array]:
-    norms.check(self.norm, NORMS)
+    accept(self.norm)
     B = inputs_BxTx3.shape[0]
     onehot = _onehot(chars_BxU, char_mask_BxU, self.num_chars)
     scan = nn.scan(_Layer1Step, variable_broadcast="params", split_rngs={"params": False},
@@ -170,7 +178,7 @@ class SynthesisStep(_Config):
 
   @nn.compact
   def __call__(self, carry, x_Bx3: Array, onehot_BxUxC: Array):
-    norms.check(self.norm, NORMS)
+    accept(self.norm)
     c1, rest = carry
     c1, (h1, w, phi, _) = _Layer1Step(**self._layer1())(c1, x_Bx3, None, onehot_BxUxC)
     hs, h, new_rest = [h1], h1, []

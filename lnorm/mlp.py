@@ -22,6 +22,7 @@ class MLP(nn.Module):
   momentum: float = 0.99
   unbiased: bool = False
   bn_groups: int = 1              # batch norm: statistics per part of the batch (NormDense.groups)
+  norm_groups: int = 0            # group norm: groups of features (0: the largest divisor up to 32)
 
   @nn.compact
   def __call__(self, x_BxD: jax.Array, *, train: bool = True) -> jax.Array:
@@ -31,6 +32,7 @@ class MLP(nn.Module):
       norm = self.norm if (i < last or self.norm_output) else "none"
       h = NormDense(f, norm=norm, eps=self.eps, momentum=self.momentum,
                     unbiased=self.unbiased, groups=self.bn_groups,
+                    norm_groups=self.norm_groups,
                     name=f"dense{i}")(h, train=train)
       if i < last:
         h = nn.relu(h)

@@ -54,7 +54,13 @@ from flax.typing import Array
 from lnorm import norms
 from lnorm.recurrent import GRU
 
-NORMS = norms.supported("none", "layer")
+
+
+def accept(norm: object) -> norms.Norm:
+  """The ``Norm`` of ``norm`` if the GRUs take it (any norm of their gates
+  without running statistics); else one ValueError line."""
+  return norms.accept(norm, norms.GATES, running_stats=False)
+
 MARGIN = 0.05
 CAPTIONS_PER_IMAGE = 5
 PAD = 0  # as lnorm.data.retrieval
@@ -123,7 +129,7 @@ class OrderEmbedding(nn.Module):
   absolute: bool = True
 
   def setup(self):
-    norms.check(self.norm, NORMS)
+    accept(self.norm)
     self.embed = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=_uniform(0.1))
     self.encoder = GRU(self.features, norm=self.norm, eps=self.eps, return_carry=True)
     self.image_map = nn.Dense(self.features, kernel_init=initializers.glorot_uniform())

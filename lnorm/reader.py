@@ -15,7 +15,8 @@ For a passage x_1..x_T and a query q_1..q_S (token ids, padded, with masks):
 (``recurrent.LSTM(norm='layer')``), gains starting at ``ln_gain_init`` (1.0;
 the paper's ablation is 0.1); ``batch``, the recurrent BN-LSTM of Cooijmans
 et al. with per-time-step statistics, gains starting at ``bn_gain_init``
-(0.1). ``bn_everywhere`` (with ``norm='batch'``: Cooijmans' "BN-everywhere")
+(0.1); any other norm of an LSTM (``accept``) as ``layer``, its gains at
+``ln_gain_init``. ``bn_everywhere`` (with ``norm='batch'``: Cooijmans' "BN-everywhere")
 also batch-normalizes each term going into the two tanh above (W_ym y_t over
 the real tokens, W_um u, W_rg r, W_ug u), with the same gain init and a
 bias only where no other term brings one.
@@ -38,7 +39,13 @@ from flax.linen import initializers
 from lnorm import norms, recurrent
 
 Array = jax.Array
-NORMS = norms.supported("none", "layer", "batch")
+
+
+def accept(norm: object) -> norms.Norm:
+  """The ``Norm`` of ``norm`` if the reader's LSTMs take it (any norm of
+  their gates or cell state); else one ValueError line."""
+  return norms.accept(norm, norms.GATES, norms.CELL)
+
 # A finite stand-in for -inf: an all-masked row gives a finite loss, not NaN.
 _NEG = -1e30
 
@@ -78,9 +85,9 @@ class MaskedBatchNorm(nn.Module):
     return y.astype(x.dtype)
 
 
-def _bn_lstm_cell(features: int, max_steps: int, train: bool, gain_init: float,
+def _bn_lstm_cell(norm: str, features: int, max_steps: int, train: bool, gain_init: float,
                   eps: float) -> nn.RNNCellBase:
-  return recurrent.LSTMCell(features=features, norm="batch", max_steps=max_steps,
+  return recurrent.LSTMCell(features=features, norm=norm, max_steps=max_steps,
                             use_running_average=not train, gain_init=gain_init, eps=eps)
 
 
@@ -96,8 +103,8 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, train: bool) -> tuple[Array, Array]:
-    if self.norm == "batch":
-      cell = _bn_lstm_cell(self.features, self.max_steps or x.shape[-2], train,
+    if norms.get(self.norm).running_stats:  # per-step statistics: the cell's scan
+      cell = _bn_lstm_cell(self.norm, self.features, self.max_steps or x.shape[-2], train,
                            self.bn_gain_init, self.eps)
       carry, y = recurrent.Recurrent(cell, name="lstm")(x, mask)
       return y, carry[1]
@@ -127,8 +134,7 @@ class AttentiveReader(nn.Module):
   @nn.compact
   def __call__(self, passage: Array, passage_mask: Array, query: Array, query_mask: Array,
                candidates: Array, train: bool = False) -> Array:
-    norms.check(self.norm, NORMS)
-    if self.bn_everywhere and self.norm != "batch":
+    if not accept(self.norm).running_stats and self.bn_everywhere:
       raise ValueError("bn_everywhere needs norm='batch'")
     emb = nn.Embed(self.vocab_size, self.embed, name="embed")
     x_d = emb(passage) * passage_mask[..., None].astype(jnp.float32)

@@ -45,7 +45,13 @@ from lnorm import norms
 from lnorm.data.books import EOS, PAD, Vocab
 from lnorm.recurrent import GRU
 
-NORMS = norms.supported("none", "layer")
+
+
+def accept(norm: object) -> norms.Norm:
+  """The ``Norm`` of ``norm`` if the GRUs take it (any norm of their gates
+  without running statistics); else one ValueError line."""
+  return norms.accept(norm, norms.GATES, running_stats=False)
+
 
 
 class SkipThoughts(nn.Module):
@@ -58,7 +64,7 @@ class SkipThoughts(nn.Module):
   eps: float = 1e-5
 
   def setup(self):
-    norms.check(self.norm, NORMS)
+    accept(self.norm)
     self.embed = nn.Embed(self.vocab_size, self.embed_dim,
                           embedding_init=initializers.normal(0.1))
     gru = lambda: GRU(self.features, norm=self.norm, eps=self.eps, return_carry=True)

@@ -139,7 +139,7 @@ def test_masked_lines_equal_lines_alone(norm):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("norm", hw.NORMS)
+@pytest.mark.parametrize("norm", ("none", "layer", "layer_c"))
 def test_step_equals_sequence(norm):
   """SynthesisStep, fed the same inputs point by point, is the same network."""
   model = hw.Synthesis(norm=norm, **SMALL)
@@ -178,7 +178,7 @@ def test_clip_gradient():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("norm", hw.NORMS)
+@pytest.mark.parametrize("norm", ("none", "layer", "layer_c"))
 def test_a_few_adam_steps_stay_finite_and_learn(norm):
   model = hw.Synthesis(norm=norm, **SMALL)
   inputs, targets, chars, char_mask, mask = make_batch(jax.random.key(8))

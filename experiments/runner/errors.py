@@ -21,9 +21,18 @@ def check(ok: bool, message: str) -> None:
 
 
 def check_common(config, norms) -> None:
-  """The fields every experiment config has."""
-  check(config.norm in norms,
-        f"norm={config.norm!r} is not valid; choose one of: {', '.join(norms)}")
+  """The fields every experiment config has. ``norms``: the names the model
+  takes, or its ``accept(norm)`` (lnorm.norms.accept for its sites), whose
+  ValueError (an unknown name, a ``module:Name`` that does not import) is
+  the line."""
+  if callable(norms):
+    try:
+      norms(config.norm)
+    except ValueError as e:
+      raise ConfigError(str(e)) from None
+  else:
+    check(config.norm in norms,
+          f"norm={config.norm!r} is not valid; choose one of: {', '.join(norms)}")
   check(isinstance(config.seed, int), f"seed={config.seed!r} must be an integer")
   check(config.batch_size >= 1,
         f"batch_size={config.batch_size} is not valid; it must be at least 1")

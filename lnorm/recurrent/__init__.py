@@ -1,7 +1,9 @@
 """Recurrent layers of the paper, with the norms of ``lnorm.norms``.
 
 * ``cells.py``: ``LSTMCell``, ``GRUCell`` and ``RNNCell``, one per recurrence,
-  each with a ``norm`` field; ``nn.RNN(cell)`` scans them.
+  each with a ``norm`` field (any norm of ``lnorm.norms`` for the cell's
+  sites: ``lstm_norms()``, ``gru_norms()``, ``rnn_norms()``); ``nn.RNN(cell)``
+  scans them.
 * ``masked_scan.py``: ``Recurrent``, a cell scanned with a (batch, time) mask
   that freezes the carry past the end of each sequence.
 * ``lstm.py``: ``LSTM``, a whole-sequence LSTM layer that computes what
@@ -11,11 +13,11 @@
 * ``gru.py``: ``GRU``, the same for ``GRUCell``.
 """
 
-from lnorm.recurrent.cells import (GRU_NORMS, LSTM_NORMS, RNN_NORMS, GRUCell,
-                                   LSTMCell, RNNCell)
+from lnorm.recurrent.cells import (GRUCell, LSTMCell, RNNCell, gru_norms, lstm_norms,
+                                   rnn_norms)
 from lnorm.recurrent.gru import GRU
 from lnorm.recurrent.lstm import LSTM
 from lnorm.recurrent.masked_scan import Recurrent
 
 __all__ = ['LSTMCell', 'GRUCell', 'RNNCell', 'Recurrent', 'LSTM', 'GRU',
-           'LSTM_NORMS', 'GRU_NORMS', 'RNN_NORMS']
+           'lstm_norms', 'gru_norms', 'rnn_norms']

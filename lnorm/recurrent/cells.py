@@ -4,7 +4,10 @@ Equation numbers are those of Ba, Kiros & Hinton 2016 (arXiv 1607.06450):
 eq. 4 (layer-normalized RNN), eqs. 17-22 (LSTM and LN-LSTM), eqs. 23-28
 (GRU and LN-GRU), eqs. 29-31 (the DRAW LSTM, LN on the cell only).
 ``LSTMCell(norm='batch')`` follows Cooijmans et al. 2016, "Recurrent Batch
-Normalization". The norm names are those of ``lnorm.norms``:
+Normalization". The norms are those of ``lnorm.norms``: a cell takes every
+norm of the sites it has (``lstm_norms()``, ``gru_norms()``,
+``rnn_norms()``), and applies it where the paper applies layer norm, with
+that norm's parameters suffixed (``gain_h``, ``alpha_x``, ...):
 
 =============  =====================  =================  =================
 ``norm``       ``LSTMCell``           ``GRUCell``        ``RNNCell``
@@ -56,13 +59,25 @@ from flax.linen.dtypes import promote_dtype
 from flax.typing import Array, Dtype, Initializer, PRNGKey
 
 from lnorm import norms
-from lnorm.normalization import batch_norm, layer_norm
+from lnorm.layers import norm_params
+from lnorm.normalization import batch_norm
 
 Carry = Any
+GATES, CELL = norms.GATES, norms.CELL
 
-LSTM_NORMS = norms.supported('none', 'layer', 'layer_c', 'batch')
-GRU_NORMS = norms.supported('none', 'layer')
-RNN_NORMS = norms.supported('none', 'layer')
+
+def lstm_norms() -> tuple[str, ...]:
+  """The norms ``LSTMCell`` takes: those of its gates or its cell state."""
+  return norms.names(GATES, CELL)
+
+
+def gru_norms() -> tuple[str, ...]:
+  """The norms ``GRUCell`` (and ``RNNCell``) take: those of the gates that
+  need no running statistics."""
+  return norms.names(GATES, running_stats=False)
+
+
+rnn_norms = gru_norms
 
 default_kernel_init = initializers.lecun_normal()
 default_recurrent_kernel_init = initializers.orthogonal()
@@ -98,22 +113,33 @@ def _zeros_carry(batch_shape: tuple[int, ...], features: int, dtype: Dtype
   return jnp.zeros(batch_shape + (features,), dtype)
 
 
-def lstm_params(mod: nn.Module, I: int, gain: Initializer) -> dict[str, Array]:
+def _suffixed(mod: nn.Module, nm: norms.Norm, F: int, suffix: str,
+              gain_init: float | None) -> dict[str, Array]:
+  """``nm``'s parameters of one normalized term (F features), named
+  ``<param><suffix>``, keyed so."""
+  p = norm_params(mod, nm, F, F, suffix=suffix, gain_init=gain_init,
+                  param_dtype=mod.param_dtype)
+  return {k + suffix: v for k, v in p.items()}
+
+
+def lstm_params(mod: nn.Module, I: int, gain_init: float | None) -> dict[str, Array]:
   """An LSTM's parameters (``mod``: an LSTMCell or LSTM), in ``param_dtype``:
-  ``kernel_x`` (I, 4H), ``kernel_h`` (H, 4H), for 'layer' and 'batch'
-  ``gain_h`` and ``gain_x`` (4H,), ``bias`` (4H,), and for every norm but
-  'none' ``gain_c`` and ``bias_c`` (H,). Created in this order, which the cell
-  and the sequence layer share: Flax draws each one's init from the order."""
-  H, pd, norm = mod.features, mod.param_dtype, mod.norm
+  ``kernel_x`` (I, 4H), ``kernel_h`` (H, 4H); for a norm of the gates its
+  parameters for W_h h then for W_x x (for 'layer' and 'batch' ``gain_h``
+  and ``gain_x`` (4H,)); ``bias`` (4H,); for a norm of the cell state its
+  parameters suffixed ``_c`` and ``bias_c`` (H,). Created in this order,
+  which the cell and the sequence layer share: Flax draws each one's init
+  from the order. ``gain_init`` (None: the norm's) is where gains start."""
+  H, pd, nm = mod.features, mod.param_dtype, norms.get(mod.norm)
   p = {'kernel_x': mod.param('kernel_x', stacked(mod.kernel_init, 4), (I, 4 * H), pd),
        'kernel_h': mod.param('kernel_h', stacked(mod.recurrent_kernel_init, 4),
                              (H, 4 * H), pd)}
-  if norm in ('layer', 'batch'):
-    p['gain_h'] = mod.param('gain_h', gain, (4 * H,), pd)
-    p['gain_x'] = mod.param('gain_x', gain, (4 * H,), pd)
+  if nm.normalizes(GATES):
+    p.update(_suffixed(mod, nm, 4 * H, '_h', gain_init))
+    p.update(_suffixed(mod, nm, 4 * H, '_x', gain_init))
   p['bias'] = mod.param('bias', lstm_bias_init(mod.bias_init, mod.forget_bias), (4 * H,), pd)
-  if norm != 'none':
-    p['gain_c'] = mod.param('gain_c', gain, (H,), pd)
+  if nm.normalizes(CELL):
+    p.update(_suffixed(mod, nm, H, '_c', gain_init))
     p['bias_c'] = mod.param('bias_c', initializers.zeros_init(), (H,), pd)
   return p
 
@@ -121,24 +147,39 @@ def lstm_params(mod: nn.Module, I: int, gain: Initializer) -> dict[str, Array]:
 def gru_params(mod: nn.Module, I: int) -> dict[str, Array]:
   """A GRU's parameters (``mod``: a GRUCell or GRU), in ``param_dtype`` and the
   order the cell and the sequence layer share: ``kernel_x`` (I, 2H),
-  ``kernel_h`` (H, 2H), ``kernel_xc`` (I, H), ``kernel_hc`` (H, H); for
-  'layer' ``gain_h``, ``gain_x``, ``bias`` (2H,) and ``gain_xc``, ``bias_xc``,
-  ``gain_hc``, ``bias_hc`` (H,); for 'none' ``bias`` (2H,) and ``bias_c`` (H,)."""
-  H, pd, ones, b_init = mod.features, mod.param_dtype, initializers.ones_init(), mod.bias_init
+  ``kernel_h`` (H, 2H), ``kernel_xc`` (I, H), ``kernel_hc`` (H, H); with a
+  norm, its parameters for W_h h and W_x x (for 'layer' ``gain_h``,
+  ``gain_x`` (2H,)), ``bias`` (2H,), and for W x and U h its parameters
+  and a bias each (``gain_xc``, ``bias_xc``, ``gain_hc``, ``bias_hc`` (H,));
+  for 'none' ``bias`` (2H,) and ``bias_c`` (H,)."""
+  H, pd, b_init = mod.features, mod.param_dtype, mod.bias_init
+  nm = norms.get(mod.norm)
   p = {'kernel_x': mod.param('kernel_x', stacked(mod.kernel_init, 2), (I, 2 * H), pd),
        'kernel_h': mod.param('kernel_h', stacked(mod.recurrent_kernel_init, 2),
                              (H, 2 * H), pd),
        'kernel_xc': mod.param('kernel_xc', stacked(mod.kernel_init, 1), (I, H), pd),
        'kernel_hc': mod.param('kernel_hc', stacked(mod.recurrent_kernel_init, 1), (H, H), pd)}
-  if mod.norm == 'layer':
-    for name, init, size in (('gain_h', ones, 2 * H), ('gain_x', ones, 2 * H),
-                             ('bias', b_init, 2 * H), ('gain_xc', ones, H),
-                             ('bias_xc', b_init, H), ('gain_hc', ones, H), ('bias_hc', b_init, H)):
-      p[name] = mod.param(name, init, (size,), pd)
+  if nm.normalizes(GATES):
+    p.update(_suffixed(mod, nm, 2 * H, '_h', None))
+    p.update(_suffixed(mod, nm, 2 * H, '_x', None))
+    p['bias'] = mod.param('bias', b_init, (2 * H,), pd)
+    for s in ('_xc', '_hc'):
+      p.update(_suffixed(mod, nm, H, s, None))
+      p['bias' + s] = mod.param('bias' + s, b_init, (H,), pd)
   else:
     p['bias'] = mod.param('bias', b_init, (2 * H,), pd)
     p['bias_c'] = mod.param('bias_c', b_init, (H,), pd)
   return p
+
+
+def _term(nm: norms.Norm, v: dict[str, Array], suffix: str, a: Array, eps: float,
+          bias: bool = False) -> Array:
+  """``nm`` applied to one term ``a`` (..., F) with its parameters in ``v``
+  (``gain<suffix>``, ...; ``bias<suffix>`` too if ``bias``)."""
+  p = {q.name: v[q.name + suffix] for q in nm.params}
+  if bias:
+    p['bias'] = v['bias' + suffix]
+  return nm(a, p, axes=(a.ndim - 1,), eps=eps, groups=0)
 
 
 def _kernels(mod: nn.Module, x: Array, h: Array, k_x: Array, k_h: Array
@@ -175,7 +216,9 @@ class _CellMixin:
 
 
 class LSTMCell(_CellMixin, nn.RNNCellBase):
-  """The LSTM with ``norm`` = 'none', 'layer', 'layer_c' or 'batch'.
+  """The LSTM with ``norm`` any of ``lstm_norms()``: 'none', 'layer',
+  'layer_c', 'batch', or any other norm of ``GATES`` and ``CELL``, applied
+  where 'layer' applies LN (its parameters suffixed ``_h``, ``_x``, ``_c``).
 
   'none', eqs. 17-19::
 
@@ -251,9 +294,9 @@ class LSTMCell(_CellMixin, nn.RNNCellBase):
   param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
-    norms.check(self.norm, LSTM_NORMS)
-    if self.norm == 'batch' and self.max_steps is None:
-      raise ValueError("LSTMCell(norm='batch') needs max_steps, the number "
+    nm = norms.accept(self.norm, GATES, CELL)
+    if nm.running_stats and self.max_steps is None:
+      raise ValueError(f"LSTMCell(norm={self.norm!r}) needs max_steps, the number "
                        "of time steps with statistics of their own")
     super().__post_init__()
 
@@ -285,32 +328,28 @@ class LSTMCell(_CellMixin, nn.RNNCellBase):
 
   @nn.compact
   def __call__(self, carry: Carry, x: Array) -> tuple[Carry, Array]:
-    norm, eps = self.norm, self.eps
-    c_BxH, h_BxH, *t = carry  # t: the step, for 'batch' only
-    if self.gain_init is not None:
-      gain = initializers.constant(self.gain_init)
-    else:
-      gain = initializers.constant(0.1 if norm == 'batch' else 1.0)
-    P = lstm_params(self, x.shape[-1], gain)
+    nm, eps = norms.get(self.norm), self.eps
+    c_BxH, h_BxH, *t = carry  # t: the step, for running statistics only
+    gain_init = self.gain_init if self.gain_init is not None else nm.cell_gain_init
+    P = lstm_params(self, x.shape[-1], gain_init)
     wx_Bx4H, wh_Bx4H = _kernels(self, x, h_BxH, P['kernel_x'], P['kernel_h'])
     dt = wx_Bx4H.dtype
     v = {k: a.astype(dt) for k, a in P.items() if not k.startswith('kernel')}
-    if norm == 'layer':
-      z_Bx4H = (layer_norm(wh_Bx4H, v['gain_h'], eps=eps)
-                + layer_norm(wx_Bx4H, v['gain_x'], eps=eps))
-    elif norm == 'batch':
+    if not nm.normalizes(GATES):
+      z_Bx4H = wh_Bx4H + wx_Bx4H
+    elif nm.running_stats:
       z_Bx4H = (self._bn('h', wh_Bx4H, v['gain_h'], None, t[0])
                 + self._bn('x', wx_Bx4H, v['gain_x'], None, t[0]))
     else:
-      z_Bx4H = wh_Bx4H + wx_Bx4H
+      z_Bx4H = _term(nm, v, '_h', wh_Bx4H, eps) + _term(nm, v, '_x', wx_Bx4H, eps)
     z_Bx4H = z_Bx4H + _row(v['bias'], z_Bx4H.ndim)
     c_new, o_BxH = _lstm_update(z_Bx4H, c_BxH)
-    if norm == 'none':
+    if not nm.normalizes(CELL):
       cn_BxH = c_new
-    elif norm == 'batch':
+    elif nm.running_stats:
       cn_BxH = self._bn('c', c_new, v['gain_c'], v['bias_c'], t[0])
     else:
-      cn_BxH = layer_norm(c_new, v['gain_c'], v['bias_c'], eps=eps)
+      cn_BxH = _term(nm, v, '_c', c_new, eps, bias=True)
     h_new = (o_BxH * jnp.tanh(cn_BxH)).astype(h_BxH.dtype)
     c_new = c_new.astype(c_BxH.dtype)
     new_carry = (c_new, h_new) + tuple(s + 1 for s in t)
@@ -320,13 +359,15 @@ class LSTMCell(_CellMixin, nn.RNNCellBase):
   def initialize_carry(self, rng: PRNGKey, input_shape: tuple[int, ...]
                        ) -> Carry:
     z = _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
-    if self.norm == 'batch':
+    if norms.get(self.norm).running_stats:
       return (z, z, jnp.zeros((), jnp.int32))
     return (z, z)
 
 
 class GRUCell(_CellMixin, nn.RNNCellBase):
-  """The paper's GRU (reset applied after U), ``norm`` = 'none' or 'layer'.
+  """The paper's GRU (reset applied after U), ``norm`` any of ``gru_norms()``:
+  'none', 'layer', or any other norm of ``GATES`` applied where 'layer'
+  applies LN (its parameters suffixed ``_h``, ``_x``, ``_xc``, ``_hc``).
 
   'none', eqs. 23-25::
 
@@ -364,7 +405,7 @@ class GRUCell(_CellMixin, nn.RNNCellBase):
   param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
-    norms.check(self.norm, GRU_NORMS)
+    norms.accept(self.norm, GATES, running_stats=False)
     super().__post_init__()
 
   @nn.compact
@@ -377,11 +418,11 @@ class GRUCell(_CellMixin, nn.RNNCellBase):
     dt = wx_Bx2H.dtype
     v = {k: a.astype(dt) for k, a in P.items() if not k.startswith('kernel')}
     b_2H = v['bias']
-    if self.norm == 'layer':
-      zr_Bx2H = (layer_norm(wh_Bx2H, v['gain_h'], eps=eps)
-                 + layer_norm(wx_Bx2H, v['gain_x'], eps=eps))
-      Wx_BxH = layer_norm(Wx_BxH, v['gain_xc'], v['bias_xc'], eps=eps)
-      Uh_BxH = layer_norm(Uh_BxH, v['gain_hc'], v['bias_hc'], eps=eps)
+    nm = norms.get(self.norm)
+    if nm.normalizes(GATES):
+      zr_Bx2H = _term(nm, v, '_h', wh_Bx2H, eps) + _term(nm, v, '_x', wx_Bx2H, eps)
+      Wx_BxH = _term(nm, v, '_xc', Wx_BxH, eps, bias=True)
+      Uh_BxH = _term(nm, v, '_hc', Uh_BxH, eps, bias=True)
     else:
       zr_Bx2H = wh_Bx2H + wx_Bx2H
       Wx_BxH = Wx_BxH + _row(v['bias_c'], Wx_BxH.ndim)
@@ -393,7 +434,8 @@ class GRUCell(_CellMixin, nn.RNNCellBase):
 
 
 class RNNCell(_CellMixin, nn.RNNCellBase):
-  """The vanilla RNN, ``norm`` = 'none' or 'layer'. Carry and output ``h``.
+  """The vanilla RNN, ``norm`` any of ``rnn_norms()`` ('none', 'layer', or
+  another norm of ``GATES`` where 'layer' applies LN). Carry and output ``h``.
 
   'none': h_t = f(W_hh h_{t-1} + W_xh x_t + b); params ``kernel_x``,
   ``kernel_h``, ``bias`` (H,) init 0.
@@ -415,7 +457,7 @@ class RNNCell(_CellMixin, nn.RNNCellBase):
   param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
-    norms.check(self.norm, RNN_NORMS)
+    norms.accept(self.norm, GATES, running_stats=False)
     super().__post_init__()
 
   @nn.compact
@@ -427,10 +469,12 @@ class RNNCell(_CellMixin, nn.RNNCellBase):
                      self.param_dtype)
     wx_BxH, wh_BxH = _kernels(self, x, carry, k_x, k_h)
     dt = wx_BxH.dtype
-    if self.norm == 'layer':
-      g_H = _vector(self, 'gain', initializers.ones_init(), H, dt)
-      b_H = _vector(self, 'bias', self.bias_init, H, dt)
-      a_BxH = layer_norm(wh_BxH + wx_BxH, g_H, b_H, eps=self.eps)
+    nm = norms.get(self.norm)
+    if nm.normalizes(GATES):
+      p = {k: a.astype(dt) for k, a in
+           norm_params(self, nm, H, H, param_dtype=self.param_dtype).items()}
+      p['bias'] = _vector(self, 'bias', self.bias_init, H, dt)
+      a_BxH = _term(nm, p, '', wh_BxH + wx_BxH, self.eps, bias=True)
     else:
       b_H = _vector(self, 'bias', self.bias_init, H, dt)
       a_BxH = wh_BxH + wx_BxH + _row(b_H, wx_BxH.ndim)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax.linen import initializers
@@ -10,17 +11,22 @@ from flax.typing import Array, Dtype, Initializer
 
 from lnorm import norms
 from lnorm.normalization import layer_norm
-from lnorm.recurrent.cells import (GRU_NORMS, default_kernel_init, default_recurrent_kernel_init, gru_params)
+from lnorm.recurrent import gru_scan as gs
+from lnorm.recurrent.cells import (GRUCell, default_kernel_init, default_recurrent_kernel_init,
+                                   gru_params)
 from lnorm.recurrent.gru_scan import gru_scan
 from lnorm.recurrent.lstm_scan import center, proj
+from lnorm.recurrent.masked_scan import Recurrent
 
 
 class GRU(nn.Module):
   """A GRU layer over whole sequences: (*batch, T, in) -> (*batch, T, H).
 
   It computes what scanning ``GRUCell(features, norm=norm)`` computes, with
-  that cell's parameter names, shapes and initialisers: 'none' (eqs. 23-25)
-  or 'layer' (the LN-GRU, eqs. 26-28). The input side, W_x x and W x with
+  that cell's parameter names, shapes and initialisers, for any norm the
+  cell takes. For 'none' (eqs. 23-25) and 'layer' (the LN-GRU, eqs. 26-28)
+  it is the fast path below; any other norm scans the cell
+  (``Recurrent(GRUCell)``) on the same parameters. The input side, W_x x and W x with
   their layer norms, is one matmul and one pass over all steps before the
   scan, and each step makes one matmul with [W_h | U]; the scan is
   ``gru_scan``, whose backward is hand-written (the W_h gradient one matmul
@@ -55,7 +61,7 @@ class GRU(nn.Module):
   param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
-    norms.check(self.norm, GRU_NORMS)
+    norms.accept(self.norm, norms.GATES, running_stats=False)
     super().__post_init__()
 
   @nn.compact
@@ -71,7 +77,10 @@ class GRU(nn.Module):
                        f'{batch_shape} (batch...) and a feature axis')
     I = X + (0 if context is None else context.shape[-1])
     P = gru_params(self, I)
-    layer = self.norm == 'layer'
+    nm = norms.get(self.norm)
+    if nm.name not in gs.NORMS:  # no fast path: the cell's scan
+      return self._scan_cell(P, x, mask, initial_carry, context)
+    layer = nm.name == 'layer'
     k_x, k_h, k_xc, k_hc, b_2H, b_c, g_h, g_x, g_xc, b_xc, g_hc, b_hc = (
         P.get(k) for k in ('kernel_x', 'kernel_h', 'kernel_xc', 'kernel_hc', 'bias', 'bias_c',
                            'gain_h', 'gain_x', 'gain_xc', 'bias_xc', 'gain_hc', 'bias_hc'))
@@ -117,3 +126,20 @@ class GRU(nn.Module):
     if not self.return_carry:
       return y
     return h_BxH.reshape(batch_shape + (H,)), y
+
+  def _scan_cell(self, P, x, mask, initial_carry, context):
+    """``Recurrent(GRUCell)`` on this layer's parameters ``P``: for the norms
+    without a fast path. ``context`` is appended to every step's input."""
+    if context is not None:
+      c = jnp.broadcast_to(context[..., None, :], x.shape[:-1] + context.shape[-1:])
+      x = jnp.concatenate([x, c.astype(x.dtype)], -1)
+    cell = GRUCell(self.features, norm=self.norm, eps=self.eps, dtype=self.dtype,
+                   param_dtype=self.param_dtype)
+    h0 = initial_carry
+    if h0 is None:
+      h0 = cell.initialize_carry(jax.random.key(0), x.shape[:-2] + x.shape[-1:])
+    h, y = Recurrent(cell, unroll=self.unroll).apply(
+        {'params': {'cell': P}}, x, mask, initial_carry=h0)
+    if self.dtype is not None:
+      h, y = h.astype(self.dtype), y.astype(self.dtype)
+    return (h, y) if self.return_carry else y

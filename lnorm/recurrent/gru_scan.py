@@ -39,6 +39,10 @@ import numpy as np
 from lnorm.native.dispatch import cpu_native
 from lnorm.recurrent.lstm_scan import _native_ok, rsqrt_mean_square, sum_outer
 
+# The norms this scan implements: ``GRU`` takes it for them and scans
+# ``GRUCell`` for any other.
+NORMS = ('none', 'layer')
+
 
 def _rsqrt_mean_square2(a_BxH: Array, b_BxH: Array, eps: float) -> Array:
   """``rsqrt_mean_square`` of [a, b] over the last axis (one LN over both),

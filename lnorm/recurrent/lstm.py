@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from flax.linen import initializers
@@ -9,8 +10,11 @@ from flax.linen.dtypes import promote_dtype
 from flax.typing import Array, Dtype, Initializer
 
 from lnorm import norms
-from lnorm.recurrent.cells import (default_kernel_init, default_recurrent_kernel_init, lstm_params)
-from lnorm.recurrent.lstm_scan import NORMS, center, lstm_scan
+from lnorm.recurrent import lstm_scan as ls
+from lnorm.recurrent.cells import (LSTMCell, default_kernel_init, default_recurrent_kernel_init,
+                                   lstm_params)
+from lnorm.recurrent.lstm_scan import center, lstm_scan
+from lnorm.recurrent.masked_scan import Recurrent
 
 
 class LSTM(nn.Module):
@@ -18,9 +22,14 @@ class LSTM(nn.Module):
 
   ``norm`` selects the cell it computes, ``LSTMCell(features, norm=norm)``,
   with that cell's parameter names, shapes and initialisers: 'none' (eqs.
-  17-19), 'layer' (the LN-LSTM, eqs. 20-22) or 'layer_c' (eqs. 29-31, the
-  DRAW variant). It equals ``Recurrent(cell)`` (without a mask,
-  ``nn.RNN(cell)``) on the same parameters up to float32 rounding, and
+  17-19), 'layer' (the LN-LSTM, eqs. 20-22) and 'layer_c' (eqs. 29-31, the
+  DRAW variant) take the fast path below; any other norm the cell takes
+  without running statistics scans the cell (``Recurrent(LSTMCell)``) on
+  the same parameters (BENCHMARKS.md: its step time against the fast
+  path's). Batch norm's per-step statistics need the cell itself:
+  ``Recurrent(LSTMCell(H, norm='batch', max_steps=T))``. The fast path
+  equals ``Recurrent(cell)`` (without a mask, ``nn.RNN(cell)``) on the same
+  parameters up to float32 rounding, and
   trains faster (BENCHMARKS.md): W_x x is one matmul over all steps (on
   CPU, for x of at most 8 features, formed row by row in the native kernels
   instead), the backward is hand-written, and on CPU each step's elementwise
@@ -78,7 +87,7 @@ class LSTM(nn.Module):
   param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
-    norms.check(self.norm, NORMS)
+    norms.accept(self.norm, norms.GATES, norms.CELL, running_stats=False)
     super().__post_init__()
 
   @nn.compact
@@ -88,7 +97,9 @@ class LSTM(nn.Module):
       raise ValueError(f'input of shape {x.shape} has no time axis')
     H = self.features
     batch_shape, (T, I) = x.shape[:-2], x.shape[-2:]
-    P = lstm_params(self, I, initializers.constant(self.gain_init))
+    P = lstm_params(self, I, self.gain_init)
+    if norms.get(self.norm).name not in ls.NORMS:  # no fast path: the cell's scan
+      return self._scan_cell(P, x, mask, initial_carry)
     k_x, k_h, g_h, g_x, b_4H, g_c, b_c = (
         P.get(k) for k in ('kernel_x', 'kernel_h', 'gain_h', 'gain_x', 'bias', 'gain_c',
                            'bias_c'))
@@ -99,7 +110,7 @@ class LSTM(nn.Module):
         x_TxBxI, k_x, k_h, g_h, g_x, g_c, b_c, b_4H, dtype=self.dtype)
     # For 'layer', LN(x @ k_x) = RMSNorm(x @ center(k_x)), which the scans
     # form row by row. (lstm_scan centres k_h itself.)
-    if self.norm == 'layer':
+    if self.norm == 'layer':  # the fast path's dispatch
       k_x = center(k_x)
 
     if mask is not None:
@@ -120,3 +131,17 @@ class LSTM(nn.Module):
     if not self.return_carry:
       return y
     return (c.reshape(batch_shape + (H,)), h.reshape(batch_shape + (H,))), y
+
+  def _scan_cell(self, P, x, mask, initial_carry):
+    """``Recurrent(LSTMCell)`` on this layer's parameters ``P``: for the norms
+    without a fast path."""
+    cell = LSTMCell(self.features, norm=self.norm, eps=self.eps, forget_bias=self.forget_bias,
+                    dtype=self.dtype, param_dtype=self.param_dtype)
+    carry = initial_carry
+    if carry is None:
+      carry = cell.initialize_carry(jax.random.key(0), x.shape[:-2] + x.shape[-1:])
+    carry, y = Recurrent(cell, unroll=self.unroll).apply(
+        {'params': {'cell': P}}, x, mask, initial_carry=tuple(carry))
+    if self.dtype is not None:
+      carry, y = tuple(a.astype(self.dtype) for a in carry), y.astype(self.dtype)
+    return (tuple(carry), y) if self.return_carry else y

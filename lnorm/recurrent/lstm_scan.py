@@ -45,10 +45,12 @@ import jax.numpy as jnp
 from flax.typing import Array
 import numpy as np
 
-from lnorm import native, norms
+from lnorm import native
 from lnorm.native.dispatch import cpu_native, unless_split
 
-NORMS = norms.supported('none', 'layer', 'layer_c')
+# The norms these scans implement (and the native kernels, ``_NORM_CODE``):
+# ``LSTM`` takes this path for them and scans ``LSTMCell`` for any other.
+NORMS = ('none', 'layer', 'layer_c')
 
 
 def _mean(x: Array) -> Array:

@@ -8,9 +8,8 @@ from configs import pi_mnist as pi_mnist_config
 from lnorm import norms
 from scripts.paper.runs import TIME_NOTE, curves, first, header, out_dir, reached, run_all, seeds, summary_row, train_nll_table
 
-# The norms the paper compares in its MLPs and ConvNets, and what tables call them.
+# The norms the paper compares in its MLPs and ConvNets (labels: norms.label).
 MLP_NORMS = (norms.NONE, norms.LAYER, norms.BATCH)
-LABELS = {n: norms.label(n) for n in MLP_NORMS}
 
 
 def fig6_lr(args) -> None:
@@ -94,18 +93,18 @@ def fig6(args) -> None:
              "`python scripts/reproduce.py fig6_lr` and copy its choice there")
   records = run_all(args, "configs/pi_mnist.py", {
       (norm, batch): (f"{norm}_b{batch}", {"norm": norm, "batch_size": batch,
-                                           "learning_rate": lrs[norm, batch]})
+                                           "learning_rate": pi_mnist_config.learning_rate(norm, batch)})
       for batch in (128, 4) for norm in MLP_NORMS})
   curves(records, out_dir(args) / "fig6.png", "Permutation-invariant MNIST",
-          lambda k: f"batch size {k[1]}", lambda k: LABELS[k[0]])
+          lambda k: f"batch size {k[1]}", lambda k: norms.label(k[0]))
   md = header(args, list(records.values()), "Figure 6: permutation-invariant MNIST")
   md += ("![Figure 6](fig6.png)\n\n| run | final test error | best test error | epochs to "
          "2% test error | final train NLL | train time (s) | examples/s (median epoch) | "
          "learning rate |\n|---|---|---|---|---|---|---|---|\n")
-  md += "".join(summary_row(f"{LABELS[n]}, batch {b}", r, "")
+  md += "".join(summary_row(f"{norms.label(n)}, batch {b}", r, "")
                 for (n, b), r in records.items())
   md += TIME_NOTE
-  md += train_nll_table({f"{LABELS[n]}, batch {b}": r for (n, b), r in records.items()})
+  md += train_nll_table({f"{norms.label(n)}, batch {b}": r for (n, b), r in records.items()})
   md += claims(records)
   (out_dir(args) / "results.md").write_text(md)
   print(md)

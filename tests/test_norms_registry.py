@@ -1,0 +1,244 @@
+"""The norm registry (lnorm/norms.py): lookups and their one-line errors, a
+user's norm through ``module:Name`` in every host, the parameters each host
+builds from a definition, and the whole-sequence layers' fallback to the
+cell's scan for norms without a fast path (equal to ``Recurrent(cell)``,
+masked and not, gradients too)."""
+
+import json
+import re
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lnorm import layers, norms, recurrent as R
+from lnorm.layers import NormConv, NormDense, Normalize
+from tests.recurrent_refs import LENGTHS, f64, length_mask
+from tests.run_records import REPO, metrics
+from tests.tiny_data import write_dataset
+from tests.user_norm import MyNorm
+
+USER = "tests.user_norm:MyNorm"
+
+
+# ------------------------------------------------------------------ lookups
+
+def test_get_and_labels():
+  assert norms.get("layer").label == "Layer norm"
+  assert norms.label("layer", "LSTM") == "LN-LSTM" and norms.label("none", "GRU") == "GRU"
+  assert norms.get(USER) is MyNorm and norms.label(USER, "LSTM") == "MY-LSTM"
+  assert "my_norm" in norms.names()
+
+
+@pytest.mark.parametrize("value,message", [
+    ("lyer", "norm='lyer' is not valid; choose one of: none, layer, layer_c, batch, weight, rms"),
+    (3, "norm=3 is not valid; choose one of: none, layer"),
+    ("tests.no_such_module:X", "norm='tests.no_such_module:X': module 'tests.no_such_module' "
+     "does not import (ModuleNotFoundError"),
+    ("tests.user_norm:NotANorm", "norm='tests.user_norm:NotANorm': tests.user_norm is not an "
+     "lnorm.norms.Norm: 'NotANorm' (int)"),
+    ("tests.user_norm:Missing", "norm='tests.user_norm:Missing': tests.user_norm has no "
+     "attribute 'Missing'"),
+])
+def test_bad_names_are_one_line(value, message):
+  with pytest.raises(ValueError) as e:
+    norms.get(value)
+  assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_each_host_names_the_norms_of_its_sites():
+  with pytest.raises(ValueError, match=r"^norm='batch' is not valid; choose one of: none, "
+                     r"layer, rms(, \w+)*$"):
+    R.GRUCell(4, norm="batch")
+  with pytest.raises(ValueError, match="norm='weight' is not valid; choose one of: none, "
+                     "layer, layer_c, batch, rms"):
+    R.LSTMCell(4, norm="weight")
+  assert "layer_c" not in norms.names(norms.FEATURES)
+  assert {"weight", "batch"} <= set(layers.accepted())
+  with pytest.raises(ValueError, match="norm='layer_c' is not valid"):
+    NormDense(3, norm="layer_c").init(jax.random.key(0), jnp.ones((2, 3)))
+
+
+def test_register_refuses_another_definition_under_a_taken_name():
+  other = norms.Norm("layer", "x", "x-", frozenset({norms.FEATURES}))
+  with pytest.raises(ValueError, match="a different norm named 'layer' is already registered"):
+    norms.register(other)
+  assert norms.register(norms.get("layer")) is norms.get("layer")
+
+
+# ----------------------------------------------------- a user's norm in hosts
+
+def np_mean_only(a, g, b, axes):
+  a, g, b = (np.asarray(v, np.float64) for v in (a, g, b))
+  return (a - a.mean(axes, keepdims=True)) * g + b
+
+
+def test_user_norm_in_dense_and_conv_matches_numpy():
+  x = jax.random.normal(jax.random.key(0), (4, 5)) + 3.0
+  m = NormDense(6, norm=USER)
+  v = m.init(jax.random.key(1), x)
+  assert list(v["params"]) == ["kernel", "bias", "gain"]
+  p = jax.tree.map(lambda a: a + 0.3 * jax.random.normal(jax.random.key(2), a.shape), v["params"])
+  want = np_mean_only(np.asarray(x, np.float64) @ np.asarray(p["kernel"], np.float64),
+                      p["gain"], p["bias"], (1,))
+  np.testing.assert_allclose(m.apply({"params": p}, x), want, rtol=1e-5, atol=1e-5)
+  x4 = jax.random.normal(jax.random.key(3), (2, 4, 4, 3))
+  c = NormConv(5, norm=USER)
+  vc = c.init(jax.random.key(4), x4)
+  y = np.asarray(c.apply(vc, x4), np.float64)
+  # Over all H x W x C units of an example: each example's output has mean 0.
+  np.testing.assert_allclose(y.mean((1, 2, 3)), 0.0, atol=1e-5)
+
+
+def test_user_norm_in_cells_and_normalize():
+  x = jax.random.normal(jax.random.key(0), (3, 4))
+  cell = R.LSTMCell(5, norm=USER)
+  carry = cell.initialize_carry(jax.random.key(1), x.shape)
+  v = cell.init(jax.random.key(2), carry, x)
+  assert list(v["params"]) == ["kernel_x", "kernel_h", "gain_h", "gain_x", "bias", "gain_c",
+                               "bias_c"]
+  gru = R.GRUCell(5, norm=USER).init(jax.random.key(3), jnp.zeros((3, 5)), x)
+  assert list(gru["params"]) == ["kernel_x", "kernel_h", "kernel_xc", "kernel_hc", "gain_h",
+                                 "gain_x", "bias", "gain_xc", "bias_xc", "gain_hc", "bias_hc"]
+  n = Normalize(USER)
+  xs = jax.random.normal(jax.random.key(4), (2, 3, 6)) + 2.0
+  vn = n.init(jax.random.key(5), xs)
+  assert list(vn["params"]) == ["gain", "bias"]
+  np.testing.assert_allclose(np.asarray(n.apply(vn, xs)).mean(-1), 0.0, atol=1e-5)
+
+
+def test_normalize_refuses_norms_their_hosts_implement():
+  with pytest.raises(ValueError, match="norm='batch' needs a host that implements it"):
+    Normalize("batch").init(jax.random.key(0), jnp.ones((2, 3)))
+
+
+# ----------------------------------------- what the 2016 norms' hosts create
+
+@pytest.mark.parametrize("norm,names", [
+    ("none", ["kernel_x", "kernel_h", "bias"]),
+    ("layer", ["kernel_x", "kernel_h", "gain_h", "gain_x", "bias", "gain_c", "bias_c"]),
+    ("layer_c", ["kernel_x", "kernel_h", "bias", "gain_c", "bias_c"]),
+    ("batch", ["kernel_x", "kernel_h", "gain_h", "gain_x", "bias", "gain_c", "bias_c"]),
+])
+def test_lstm_cell_parameters_and_gain_inits(norm, names):
+  x = jnp.ones((2, 3))
+  cell = R.LSTMCell(4, norm=norm, max_steps=2)
+  v = cell.init(jax.random.key(0), cell.initialize_carry(jax.random.key(0), x.shape), x)
+  assert list(v["params"]) == names
+  g0 = 0.1 if norm == "batch" else 1.0  # Cooijmans et al.'s 0.1 for recurrent BN
+  for k in names:
+    if k.startswith("gain"):
+      np.testing.assert_array_equal(v["params"][k], np.float32(g0))
+
+
+# ------------------------------------------------ fallback of the fast paths
+
+def _seq_inputs(I=3):
+  x = jax.random.normal(jax.random.key(7), (len(LENGTHS), 6, I))
+  return x, length_mask(LENGTHS, 6)
+
+
+@pytest.mark.parametrize("norm", ["rms", USER])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("layer,cell", [(R.LSTM, R.LSTMCell), (R.GRU, R.GRUCell)])
+def test_sequence_layer_falls_back_to_the_cells_scan(layer, cell, norm, masked):
+  """For a norm without a fast path the layer is Recurrent(cell) on the same
+  parameters: outputs, final carry and every gradient, in float64."""
+  x, mask = _seq_inputs()
+  mask = mask if masked else None
+  H = 5
+  seq = layer(H, norm=norm, return_carry=True)
+  with jax.enable_x64(True):
+    params = f64(seq.init(jax.random.key(1), x, mask)["params"])
+    params = jax.tree.map(
+        lambda a: a + 0.2 * jax.random.normal(jax.random.key(2), a.shape, jnp.float64), params)
+    x64 = f64(x)
+    rec = R.Recurrent(cell(H, norm=norm, dtype=jnp.float64, param_dtype=jnp.float64))
+
+    def f_seq(p, x):
+      carry, y = layer(H, norm=norm, return_carry=True, dtype=jnp.float64,
+                       param_dtype=jnp.float64).apply({"params": p}, x, mask)
+      return carry, y
+
+    def f_rec(p, x):
+      return rec.apply({"params": {"cell": p}}, x, mask)
+
+    got, want = f_seq(params, x64), f_rec(params, x64)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    loss = lambda f: lambda p, x: sum(jnp.sum(jnp.sin(l)) for l in jax.tree.leaves(f(p, x)))
+    g_seq = jax.grad(loss(f_seq), argnums=(0, 1))(params, x64)
+    g_rec = jax.grad(loss(f_rec), argnums=(0, 1))(params, x64)
+    assert jax.tree.structure(g_seq) == jax.tree.structure(g_rec)
+    for a, b in zip(jax.tree.leaves(g_seq), jax.tree.leaves(g_rec)):
+      assert np.any(a != 0)
+      np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_gru_fallback_with_context_is_the_cells_scan_over_x_and_context():
+  x, mask = _seq_inputs()
+  ctx = jax.random.normal(jax.random.key(3), (x.shape[0], 2))
+  gru = R.GRU(4, norm="rms")
+  v = gru.init(jax.random.key(0), x, mask, context=ctx)
+  y = gru.apply(v, x, mask, context=ctx)
+  xc = jnp.concatenate([x, jnp.broadcast_to(ctx[:, None], x.shape[:2] + (2,))], -1)
+  _, want = R.Recurrent(R.GRUCell(4, norm="rms")).apply({"params": {"cell": v["params"]}},
+                                                         xc, mask)
+  np.testing.assert_array_equal(y, want)
+
+
+def test_lstm_refuses_running_statistics_with_one_line():
+  with pytest.raises(ValueError, match="norm='batch' is not valid; choose one of: none, layer, "
+                     "layer_c, rms"):
+    R.LSTM(4, norm="batch")
+
+
+# ---------------------------------------------------- the command line
+
+def _cli(tmp_path, *flags):
+  _, checksums = write_dataset(tmp_path / "data", num={"train": 300, "test": 40})
+  (tmp_path / "md5.json").write_text(json.dumps(checksums))
+  cmd = [sys.executable, str(REPO / "tests" / "run_with_tiny_checksums.py"),
+         str(tmp_path / "md5.json"), "--config=configs/pi_mnist.py:smoke",
+         f"--config.data_dir={tmp_path / 'data'}", "--config.num_valid=40",
+         "--config.num_epochs=1", f"--workdir={tmp_path / 'run'}", *flags]
+  return subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                        capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_pi_mnist_runs_a_norm_defined_in_a_test_file(tmp_path):
+  r = _cli(tmp_path, f"--config.norm={USER}")
+  assert r.returncode == 0, r.stderr
+  (m,) = metrics(tmp_path / "run")
+  assert np.isfinite(m["valid_nll"]) and np.isfinite(m["train_nll"])
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--config.norm=tests.user_norm:NotANorm", "error: norm='tests.user_norm:NotANorm': "
+     "tests.user_norm is not an lnorm.norms.Norm: 'NotANorm' (int)"),
+    ("--config.norm=layer_c", "error: norm='layer_c' is not valid; choose one of: none, layer, "
+     "batch, weight, rms"),
+])
+def test_pi_mnist_bad_norm_is_one_line(tmp_path, flag, message):
+  r = _cli(tmp_path, flag)
+  assert r.returncode != 0
+  assert r.stderr.strip().startswith(message) and len(r.stderr.strip().splitlines()) == 1
+  assert not (tmp_path / "run").exists()
+
+
+def test_readme_own_norm_example_runs():
+  text = (REPO / "README.md").read_text()
+  section = text.split("\n## Your own norm\n", 1)[1].split("\n## ", 1)[0]
+  (code,) = re.findall(r"^```python\n(.*?)^```", section, re.S | re.M)
+  assert len(code.splitlines()) < 25
+  ns: dict = {}
+  exec(compile(code, "README.md (Your own norm)", "exec"), ns)
+  assert ns["h"].shape == (4, 32)
+  np.testing.assert_allclose(np.asarray(ns["h"], np.float64).mean(-1), 0.0, atol=1e-5)
+  assert norms.label("mean_only", "LSTM") == "MO-LSTM"
