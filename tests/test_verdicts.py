@@ -1,0 +1,143 @@
+"""The one verdict rule (scripts/paper/verdicts.py): its four outcomes, one
+seed, ties, and the ranges it judges against, checked against the rule as
+issue 63 states it, worked out by hand or by an independent count."""
+
+import math
+
+import numpy as np
+import pytest
+
+from scripts.paper import verdicts as V
+
+INF = math.inf
+
+
+@pytest.mark.parametrize("a, b, lower, word, agree", [
+    ([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], True, V.HOLDS, 3),      # every seed lower, apart
+    ([7.0, 8.0, 9.0], [4.0, 5.0, 6.0], True, V.FAILS, 0),      # every seed higher, apart
+    ([1.0, 2.0, 5.5], [2.0, 3.0, 5.0], True, V.LEANS, 2),      # 2 of 3 lower, ranges overlap
+    ([1.0, 2.0, 2.5], [2.0, 3.0, 2.0], True, V.LEANS, 2),
+    ([3.0, 4.0, 5.5], [2.0, 5.0, 5.0], True, V.CANNOT_TELL, 1),  # 1 of 3, overlap
+    ([2.0, 5.0, 6.0], [3.0, 4.0, 5.0], True, V.CANNOT_TELL, 1),
+    # Every seed the same way, but the ranges overlap: most agree, so leans;
+    # and all disagreeing inside the spread is no failure.
+    ([1.0, 3.0], [2.0, 4.0], True, V.LEANS, 2),
+    ([2.0, 4.0], [1.0, 3.0], True, V.CANNOT_TELL, 0),
+    ([4.0, 5.0, 6.0], [1.0, 2.0, 3.0], False, V.HOLDS, 3),     # the claim "higher"
+])
+def test_the_four_outcomes(a, b, lower, word, agree):
+  v = V.compare(a, b, lower=lower)
+  assert (v.word, v.agree, v.n) == (word, agree, len(a))
+  assert str(v).startswith(f"**{word}** ({agree} of {len(a)} seeds")
+
+
+def test_transformer_rmsnorm_against_layer_norm_is_a_tie():
+  """results/transformer_cpu's final valid bpc (seed 0, seed 1), pre-RMSNorm
+  against pre-LN: differences of 0.002-0.008 either way, inside the seeds'
+  spread, cannot tell which is lower; they are no failure of RMSNorm."""
+  for rms, ln in (([2.5920, 2.5804], [2.5942, 2.5777]),   # 12 layers
+                  ([2.7309, 2.7246], [2.7232, 2.7274])):  # 2 layers
+    v = V.compare(rms, ln, lower=True)
+    assert v.word == V.CANNOT_TELL and v.overlap
+    assert "cannot tell" in str(v) and "ranges overlap" in str(v)
+  # At 12 layers it keeps up with LN in both seeds (not worse beyond the spread, 0.0165).
+  assert V.passes(V.no_worse([2.5920, 2.5804], [2.5942, 2.5777], lower=True)).word == V.HOLDS
+
+
+def test_ties_are_called_ties():
+  v = V.compare([2.5, 2.5, 2.5], [2.5, 2.5, 2.5], lower=True)
+  assert (v.word, v.agree, v.ties) == (V.CANNOT_TELL, 0, 3)
+  # Never reached by either side (inf against inf) is a tie too, not a failure.
+  assert V.compare([INF, INF], [INF, INF], lower=True).word == V.CANNOT_TELL
+  # Touching ranges share a point: not apart.
+  assert V.compare([1.0, 2.0], [2.0, 3.0], lower=True).overlap
+
+
+def test_one_seed_has_no_spread_to_judge_against():
+  for a, b, did in (([1.0], [2.0], "agrees"), ([3.0], [2.0], "disagrees"),
+                    ([2.0], [2.0], "ties")):
+    v = V.compare(a, b, lower=True)
+    assert v.word == V.ONE_SEED
+    assert str(v) == f"{did} in the one seed (no spread to judge against)"
+  assert V.passes([True]).word == V.ONE_SEED
+  assert "no spread" in str(V.passes([False]))
+
+
+def test_never_reached_counts_as_later():
+  """Updates to a level, inf where a run never gets there: the runs that
+  never do are later than any that do, apart from them."""
+  assert V.compare([INF, INF], [2000, 2000], lower=True).word == V.FAILS
+  assert V.compare([1600, 1800], [2000, 2000], lower=True).word == V.HOLDS
+  assert V.compare([1600, INF], [2000, 2000], lower=True).word == V.CANNOT_TELL
+
+
+def test_an_unknown_value_cannot_set_the_sides_apart():
+  v = V.compare([1.0, math.nan], [4.0, 5.0], lower=True)
+  assert v.overlap and v.word == V.CANNOT_TELL and v.agree == 1
+
+
+@pytest.mark.parametrize("ok, word", [
+    ([True] * 3, V.HOLDS), ([False] * 3, V.FAILS), ([True, True, False], V.LEANS),
+    ([True, False, False], V.CANNOT_TELL), ([True, False], V.CANNOT_TELL),
+    ([True] * 2, V.HOLDS)])
+def test_a_stated_test_seed_by_seed(ok, word):
+  v = V.passes(ok)
+  assert (v.word, v.agree, v.overlap) == (word, sum(ok), None)
+  assert str(v) == f"**{word}** ({sum(ok)} of {len(ok)} seeds)"
+
+
+def test_against_an_independent_count():
+  """Random paired seeds: the verdict from the rule's own words, counted here."""
+  rng = np.random.default_rng(0)
+  seen = set()
+  for _ in range(2000):
+    n = int(rng.integers(2, 6))
+    a = list(rng.integers(0, 6, n).astype(float))
+    b = list(rng.integers(0, 6, n).astype(float))
+    k = sum(x < y for x, y in zip(a, b))
+    apart = max(a) < min(b) or max(b) < min(a)
+    want = (V.HOLDS if apart and k == n else V.FAILS if apart and k == 0
+            else V.LEANS if 2 * k > n else V.CANNOT_TELL)
+    v = V.compare(a, b, lower=True)
+    assert v.word == want, (a, b)
+    seen.add(v.word)
+    # The same claim said the other way round reads the same.
+    assert V.compare(b, a, lower=False).word == want
+    if apart:
+      assert k in (0, n)
+  assert seen == {V.HOLDS, V.FAILS, V.LEANS, V.CANNOT_TELL}
+
+
+def test_spread_and_the_tests_built_on_it():
+  assert V.spread([1.0, 3.0], [2.0, 2.5]) == 2.0
+  assert V.spread([1.0], [5.0]) == 0.0                  # one seed: no spread
+  assert V.spread([1.0, INF, 1.5], [2.0, 2.0]) == 0.5   # a diverged seed left out
+  # bfloat16 against float32 (results/transformer_cpu): spread 0.0165 (float32's seeds).
+  assert V.within([2.595, 2.578], [2.594, 2.578]) == [True, True]
+  assert V.within([2.7, 2.578], [2.594, 2.578], sp=0.0165) == [False, True]
+  # Not worse beyond the spread: better by any amount passes, worse only inside it.
+  assert V.no_worse([2.574, 2.557], [2.594, 2.578], lower=True) == [True, True]
+  assert V.no_worse([4.53, 4.532], [2.762, 2.842], lower=True) == [False, False]
+  assert V.no_worse([70.0, 71.0], [75.0, 76.0], lower=False, sp=1.0) == [False, False]
+
+
+def test_a_step_time_claim_without_an_idle_benchmark_cannot_tell():
+  cmd = "python -m scripts.bench.transformer --preset cpu --repeats 7"
+  t = V.untimed(2, cmd)
+  assert t.word == V.CANNOT_TELL and cmd in str(t)
+  held = V.compare([1.0, 2.0], [3.0, 4.0], lower=True)
+  v = V.both({"final bpc": held, "step time": t})
+  assert v.word == V.CANNOT_TELL
+  assert "final bpc: holds" in str(v) and "step time: cannot tell" in str(v)
+  assert V.both({"a": held, "b": held}).word == V.HOLDS
+  failed = V.compare([3.0, 4.0], [1.0, 2.0], lower=True)
+  assert V.both({"a": failed, "b": t}).word == V.FAILS
+  leans = V.compare([1.0, 3.0], [2.0, 4.0], lower=True)
+  assert V.both({"a": held, "b": leans}).word == V.LEANS
+
+
+def test_sides_of_different_seeds_are_refused():
+  with pytest.raises(ValueError, match="same seeds"):
+    V.compare([1.0, 2.0], [1.0], lower=True)
+  with pytest.raises(ValueError):
+    V.passes([])
