@@ -341,3 +341,26 @@ register(Norm(
 register(Norm(
     RMS, "RMS norm", "RMS-", frozenset(SITES), (Param("gain"),), bias=False,
     fn=_statistics(N.rms_norm), native=("rms_norm",), cite="Zhang & Sennrich 2019"))
+
+
+def _pointwise(f, *scalars: str):
+  """DyT, Derf: ``f(x, *scalars, gain, bias)`` element by element."""
+
+  def apply(x, p, *, axes, eps):
+    return f(x, *(p[s] for s in scalars), p.get("gain"), p.get("bias"))
+
+  return apply
+
+
+register(Norm(
+    "group", "Group norm", "GN-", frozenset({FEATURES, SUBLAYER}), (Param("gain"),),
+    fn=_group, options=("groups",), check=_group_check, cite="Wu & He 2018"))
+register(Norm(
+    "dyt", "DyT", "DyT-", frozenset(SITES),
+    (Param("alpha", "scalar", N.DYT_ALPHA0), Param("gain")), fn=_pointwise(N.dyt, "alpha"),
+    cite="Zhu, Chen, He, LeCun & Liu, CVPR 2025"))
+register(Norm(
+    "derf", "Derf", "Derf-", frozenset(SITES),
+    (Param("alpha", "scalar", N.DERF_ALPHA0), Param("shift", "scalar", N.DERF_SHIFT0),
+     Param("gain")), fn=_pointwise(N.derf, "alpha", "shift"),
+    cite="Chen, Lu, Zhu, Sun & Liu, arXiv 2512.10938"))

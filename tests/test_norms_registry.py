@@ -143,7 +143,7 @@ def _seq_inputs(I=3):
   return x, length_mask(LENGTHS, 6)
 
 
-@pytest.mark.parametrize("norm", ["rms", USER])
+@pytest.mark.parametrize("norm", ["rms", "dyt", USER])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("layer,cell", [(R.LSTM, R.LSTMCell), (R.GRU, R.GRUCell)])
 def test_sequence_layer_falls_back_to_the_cells_scan(layer, cell, norm, masked):
@@ -242,3 +242,127 @@ def test_readme_own_norm_example_runs():
   assert ns["h"].shape == (4, 32)
   np.testing.assert_allclose(np.asarray(ns["h"], np.float64).mean(-1), 0.0, atol=1e-5)
   assert norms.label("mean_only", "LSTM") == "MO-LSTM"
+
+
+# ------------------------------------------------- the norms of 2018-2025 in hosts
+
+def np_group(a, g, b, G, eps=1e-5):
+  """Wu & He's eqs. 1-2 in float64: per example and group over (..., C/G)."""
+  a = np.asarray(a, np.float64)
+  ag = a.reshape(a.shape[:-1] + (G, a.shape[-1] // G))
+  axes = tuple(range(1, a.ndim - 1)) + (a.ndim,)
+  mu, var = ag.mean(axes, keepdims=True), ag.var(axes, keepdims=True)
+  return ((ag - mu) / np.sqrt(var + eps)).reshape(a.shape) * g + b
+
+
+def np_pointwise(norm, a, p):
+  from scipy.special import erf  # pylint: disable=g-import-not-at-top
+  a = np.asarray(a, np.float64)
+  q = {k: np.asarray(v, np.float64) for k, v in p.items()}
+  if norm == "dyt":
+    return q["gain"] * np.tanh(q["alpha"] * a) + q["bias"]
+  return q["gain"] * erf(q["alpha"] * a + q["shift"]) + q["bias"]
+
+
+def _perturbed(params, scale=0.3, seed=2):
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(tree, [l + scale * jax.random.normal(k, l.shape, l.dtype)
+                                   for l, k in zip(leaves, keys)])
+
+
+@pytest.mark.parametrize("norm,names,inits", [
+    ("dyt", ["kernel", "bias", "alpha", "gain"], {"alpha": 0.5, "gain": 1.0}),
+    ("derf", ["kernel", "bias", "alpha", "shift", "gain"],
+     {"alpha": 0.5, "shift": 0.0, "gain": 1.0}),
+])
+def test_pointwise_norms_in_a_dense_layer_match_numpy(norm, names, inits):
+  x = jax.random.normal(jax.random.key(0), (4, 5)) * 2
+  m = NormDense(6, norm=norm)
+  v = m.init(jax.random.key(1), x)["params"]
+  assert list(v) == names
+  for k, want in inits.items():  # the papers' initialisation
+    np.testing.assert_array_equal(v[k], np.float32(want))
+  assert v["alpha"].shape == ()
+  p = _perturbed(v)
+  a = np.asarray(x, np.float64) @ np.asarray(p["kernel"], np.float64)
+  np.testing.assert_allclose(m.apply({"params": p}, x), np_pointwise(norm, a, p),
+                             rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("groups,G", [(4, 4), (0, 8)])  # 0: the largest divisor up to 32
+def test_group_norm_in_a_conv_layer_matches_numpy(groups, G):
+  x = jax.random.normal(jax.random.key(0), (2, 5, 5, 3)) + 4.0
+  m = NormConv(8, norm="group", norm_groups=groups)
+  v = m.init(jax.random.key(1), x)["params"]
+  assert list(v) == ["kernel", "bias", "gain"]
+  p = _perturbed(v)
+  a = jax.lax.conv_general_dilated(f64_np(x), f64_np(p["kernel"]), (1, 1), "SAME",
+                                   dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  want = np_group(a, np.asarray(p["gain"]), np.asarray(p["bias"]), G)
+  np.testing.assert_allclose(m.apply({"params": p}, x), want, rtol=1e-4, atol=1e-4)
+
+
+def f64_np(a):
+  with jax.enable_x64(True):
+    return np.asarray(a, np.float64)
+
+
+def test_group_norm_in_a_sublayer_is_per_position():
+  """(B, T, D): each position's D features alone, as a Transformer needs (a
+  later position must not move an earlier one's output)."""
+  x = jax.random.normal(jax.random.key(0), (2, 3, 8))
+  n = Normalize("group", groups=2)
+  v = n.init(jax.random.key(1), x)
+  assert list(v["params"]) == ["gain", "bias"]
+  y = n.apply(v, x)
+  np.testing.assert_allclose(y, np_group(x.reshape(6, 8), 1.0, 0.0, 2).reshape(x.shape),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(n.apply(v, x.at[:, 2].set(7.0))[:, :2], y[:, :2])
+
+
+def test_groups_that_do_not_divide_the_features_are_one_line():
+  with pytest.raises(ValueError, match="^norm='group': groups=4 does not divide a layer's 10 "
+                     "features$"):
+    norms.check_fit("group", [64, 10], groups=4)
+  norms.check_fit("group", [64, 10], groups=0)
+  norms.check_fit("layer", [64, 10], groups=4)  # other norms read no groups
+
+
+def np_lstm_step(norm, p, x, c, h):
+  """Eqs. 20-22 with ``norm`` for LN: the paper's LN-LSTM of any pointwise norm."""
+  f64 = lambda k: np.asarray(p[k], np.float64)
+  sub = lambda s: {k: p[k + s] for k in ("alpha", "shift", "gain") if k + s in p}
+  z = (np_pointwise(norm, h @ f64("kernel_h"), {**sub("_h"), "bias": 0.0})
+       + np_pointwise(norm, x @ f64("kernel_x"), {**sub("_x"), "bias": 0.0}) + f64("bias"))
+  sig = lambda v: 1 / (1 + np.exp(-v))
+  f, i, o, g = np.split(z, 4, -1)
+  c = sig(f) * c + sig(i) * np.tanh(g)
+  return c, sig(o) * np.tanh(np_pointwise(norm, c, {**sub("_c"), "bias": p["bias_c"]}))
+
+
+@pytest.mark.parametrize("norm", ["dyt", "derf"])
+def test_pointwise_norms_in_the_lstm_cell_match_numpy(norm):
+  x = np.asarray(jax.random.normal(jax.random.key(0), (3, 4)), np.float64)
+  c0, h0 = (np.asarray(jax.random.normal(jax.random.key(k), (3, 5)), np.float64) for k in (1, 2))
+  cell = R.LSTMCell(5, norm=norm)
+  v = cell.init(jax.random.key(3), (c0, h0), x)["params"]
+  extra = ["alpha", "shift"] if norm == "derf" else ["alpha"]
+  want_names = (["kernel_x", "kernel_h"] + [f"{k}_{s}" for s in "hx" for k in extra + ["gain"]]
+                + ["bias"] + [f"{k}_c" for k in extra + ["gain"]] + ["bias_c"])
+  assert list(v) == want_names
+  p = _perturbed(v)
+  (c, h), y = cell.apply({"params": p}, (jnp.asarray(c0, jnp.float32),
+                                         jnp.asarray(h0, jnp.float32)), jnp.asarray(x, jnp.float32))
+  c_want, h_want = np_lstm_step(norm, p, x, c0, h0)
+  np.testing.assert_allclose(c, c_want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(h, h_want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_pi_mnist_group_norm_groups_not_dividing_the_features_is_one_line(tmp_path):
+  r = _cli(tmp_path, "--config.norm=group", "--config.norm_groups=7")
+  assert r.returncode != 0
+  assert r.stderr.strip() == ("error: norm='group': groups=7 does not divide a layer's 64 "
+                              "features")
+  assert not (tmp_path / "run").exists()
