@@ -450,25 +450,33 @@ def test_fig2_with_seeds_gives_mean_and_sd_and_judges_the_claims_seed_by_seed(tm
   assert "| LN-LSTM | 100 | 200 / 100 | 200 / 300 | 300 / not reached | 300 / not reached |" in lines
   row = lambda start: next(l for l in lines if l.startswith(start)).strip("| ").split(" | ")
   # LN reaches the LSTM's best (0.5, 0.45) at 200 (vs 400) and never (vs 500);
-  # BN's (0.55, 0.5) at 200 (vs 300) and 300 (vs 200).
+  # BN's (0.55, 0.5) at 200 (vs 300) and 300 (vs 200). One seed of two each way,
+  # the ranges overlapping: cannot tell; LN's best errors (0.40, 0.47) all below
+  # BN's (0.55, 0.50): holds (scripts/paper/verdicts.py).
+  tell = "**cannot tell** (1 of 2 seeds; the ranges overlap)"
   assert row("| LN trains faster than LSTM |")[2:] == [
-      "200 vs 400 / not reached vs 500", "sooner in 1 of 2; 50% of LSTM's updates"]
+      "200 vs 400 / not reached vs 500", "sooner in 1 of 2; 50% of LSTM's updates", tell]
   assert row("| LN trains faster than BN-LSTM |")[2:] == [
-      "200 vs 300 / 300 vs 200", "sooner in 1 of 2; 67%, 150% of BN-LSTM's updates"]
+      "200 vs 300 / 300 vs 200", "sooner in 1 of 2; 67%, 150% of BN-LSTM's updates", tell]
   assert row("| LN converges to a better validation error than LSTM |")[2:] == [
-      "0.4000 vs 0.5000 / 0.4700 vs 0.4500", "LN lower in 1 of 2"]
+      "0.4000 vs 0.5000 / 0.4700 vs 0.4500", "LN lower in 1 of 2", tell]
   assert row("| LN converges to a better validation error than BN-LSTM |")[2:] == [
-      "0.4000 vs 0.5500 / 0.4700 vs 0.5000", "LN lower in 2 of 2"]
+      "0.4000 vs 0.5500 / 0.4700 vs 0.5000", "LN lower in 2 of 2",
+      "**holds** (2 of 2 seeds, ranges apart)"]
   # Against exclusive frequency's 0.5: LN below it in both seeds, the LSTM in one
   # (0.45; 0.5 ties), BN in none; a one-seed run is one of one.
   beat = lambda name: row(f"| {name} beats counting words |")
   assert beat("LN-LSTM")[1] == "best validation error, and how far below the exclusive " \
       "frequency baseline's 0.5000"
   assert beat("LN-LSTM")[2:] == ["0.4000 (+0.1000) / 0.4700 (+0.0300)",
-                                 f"below it in 2 of 2; baseline minus best {ms(0.5 - 0.4, 0.5 - 0.47)}"]
-  assert beat("LSTM")[3] == f"below it in 1 of 2; baseline minus best {ms(0.0, 0.05)}"
-  assert beat("BN-LSTM")[3] == f"below it in 0 of 2; baseline minus best {ms(-0.05, 0.0)}"
-  assert beat("BN-everywhere")[2:] == ["0.6000 (-0.1000)", "below it in 0 of 1; baseline minus best -0.1000"]
+                                 f"below it in 2 of 2; baseline minus best {ms(0.5 - 0.4, 0.5 - 0.47)}",
+                                 "**holds** (2 of 2 seeds)"]
+  assert beat("LSTM")[3:] == [f"below it in 1 of 2; baseline minus best {ms(0.0, 0.05)}",
+                              "**cannot tell** (1 of 2 seeds)"]
+  assert beat("BN-LSTM")[3:] == [f"below it in 0 of 2; baseline minus best {ms(-0.05, 0.0)}",
+                                 "**fails** (0 of 2 seeds)"]
+  assert beat("BN-everywhere")[2:] == ["0.6000 (-0.1000)", "below it in 0 of 1; baseline minus best -0.1000",
+                                       "disagrees in the one seed (no spread to judge against)"]
 
 
 def test_single_runs_get_the_first_seed_alone(tmp_path):
@@ -507,14 +515,21 @@ def test_fig6_claims_compare_each_seed_with_the_same_seed_of_the_other_run():
   md = fig6.claims({k: {"seeds": [{"metrics": m} for m in v]}
                                for k, v in records.items()})
   rows = [l.strip("| ").split(" | ") for l in md.splitlines() if l.startswith("| (")]
+  # Verdicts (scripts/paper/verdicts.py): (a) batch 4 no worse than 128 beyond the
+  # spread (128's range, 0.5%) in both seeds; ranges overlapping with one seed of two
+  # each way, or a tie (never reached by either), cannot tell.
+  tell = lambda k: f"**cannot tell** ({k} of 2 seeds; the ranges overlap)"
   assert [r[2:] for r in rows] == [
-      ["1.90% vs 1.50% / 1.80% vs 2.00%", "higher at batch 4 in 1 of 2; the seeds' ranges overlap"],
-      ["3 vs not reached / 2 vs 2", "layer norm sooner in 1 of 2"],   # 2% test error
-      ["2 vs not reached / 2 vs not reached", "layer norm sooner in 2 of 2"],  # NLL 0.1
-      ["1 of 3 / 1 of 3", "lower in most epochs in 0 of 2"],          # batch 4
-      ["not reached vs not reached / not reached vs not reached", "layer norm sooner in 0 of 2"],
-      ["3 of 3 / 3 of 3", "lower in most epochs in 2 of 2"],          # batch 128
-      ["2 vs 3 / 2 vs 3", "layer norm sooner in 2 of 2"]]
+      ["1.90% vs 1.50% / 1.80% vs 2.00%", "higher at batch 4 in 1 of 2, beyond the spread "
+       "(0.50%) in 0; the seeds' ranges overlap", "**holds** (2 of 2 seeds)"],
+      ["3 vs not reached / 2 vs 2", "layer norm sooner in 1 of 2", tell(1)],   # 2% test error
+      ["2 vs not reached / 2 vs not reached", "layer norm sooner in 2 of 2",   # NLL 0.1
+       "**holds** (2 of 2 seeds, ranges apart)"],
+      ["1 of 3 / 1 of 3", "lower in most epochs in 0 of 2", "**fails** (0 of 2 seeds)"],  # batch 4
+      ["not reached vs not reached / not reached vs not reached", "layer norm sooner in 0 of 2",
+       tell(0)],
+      ["3 of 3 / 3 of 3", "lower in most epochs in 2 of 2", "**holds** (2 of 2 seeds)"],  # 128
+      ["2 vs 3 / 2 vs 3", "layer norm sooner in 2 of 2", "**holds** (2 of 2 seeds, ranges apart)"]]
 
 
 def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
@@ -762,14 +777,15 @@ def test_table3_with_seeds_gives_mean_and_sd_baseline_rows_and_claims_seed_by_se
   # Held-out NLL, seed s: LN 4.9 - 0.25 i + 0.01 s against 5.0 - 0.2 i + 0.01 s.
   assert row("| LN trains faster | evaluations") == (
       "| LN trains faster | evaluations at which LN's held-out NLL is lower | 3 of 3 / 3 of 3 / "
-      "3 of 3 | lower at most evaluations in 3 of 3 | -0.250 ± 0.000 |")
+      "3 of 3 | lower at most evaluations in 3 of 3 | -0.250 ± 0.000 | **holds** (3 of 3 seeds) |")
   # The baseline's final NLL (4.40 + 0.01 s) is reached by LN at update 200 (4.40 + 0.01 s).
   assert row("| LN trains faster | update") .split(" | ")[2:4] == [
       "200 vs 300 / 200 vs 300 / 200 vs 300", "sooner in 3 of 3; 67%; 67%; 67% of the baseline's updates"]
   assert row("| LN scores better downstream (SICK r) |").split(" | ")[2:] == [
-      "0.670 vs 0.650 / 0.650 vs 0.650 / 0.630 vs 0.650", "LN better in 1 of 3", "0.000 ± 0.020 |"]
+      "0.670 vs 0.650 / 0.650 vs 0.650 / 0.630 vs 0.650", "LN better in 1 of 3", "0.000 ± 0.020",
+      "**cannot tell** (1 of 3 seeds; the ranges overlap) |"]  # a tie in the middle seed
   assert row("| LN scores better downstream (MR) |").split(" | ")[3:] == [
-      "LN better in 3 of 3", "1.0 ± 0.0 |"]
+      "LN better in 3 of 3", "1.0 ± 0.0", "**holds** (3 of 3 seeds, ranges apart) |"]
   assert row("| LN scores better downstream (SICK MSE) |").split(" | ")[3] == "LN better in 3 of 3"
   # Matched updates, mean ± sd over seeds; LN better at every evaluation in MR.
   assert row("| 200 |").startswith("| 200 | 4.610 ± 0.010 / 4.410 ± 0.010 | 0.600 ± 0.000 / ")

@@ -54,8 +54,10 @@ class FakeOERun:
                       "examples_per_sec": 12.8, **_split_metrics("dev_", dev),
                       **_split_metrics("test_", test)})
     (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    # 5,120 training images: the smoke preset's 10 passes of batch 128 end at update 400
+    # (table2.final_step), the last record's.
     (wd / "init_metrics.json").write_text(json.dumps(
-        {"num_images": {"train": 762, "dev": 113, "test": 125},
+        {"num_images": {"train": 5120, "dev": 113, "test": 125},
          "metrics": {**_split_metrics("dev_", 1.0 + seed), **_split_metrics("test_", 2.0 + seed)}}))
     self.returncode = 0
 
@@ -66,8 +68,10 @@ class FakeOERun:
 def test_table2_rows_verdicts_and_figure(tmp_path, monkeypatch):
   from scripts import reproduce
   from scripts.paper import runs
+  from tests.test_reproduce import fake_inputs
   FakeOERun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeOERun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/order_embeddings.py:smoke")
   reproduce.main(["table2", "--preset", "smoke", "--seeds", "2", "--runs_dir",
                   str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")])
   assert sorted(c[-1] for c in FakeOERun.commands if c[-1].startswith("--config.seed")) == [
@@ -102,10 +106,11 @@ def test_table2_rows_verdicts_and_figure(tmp_path, monkeypatch):
   # LN is ahead at all 4 evaluations, reaches the baseline's best dev recall sum (3 x 40, at
   # update 300) at update 200 and ends higher in both seeds, the seeds' ranges apart.
   assert "| 4 of 4 / 4 of 4 | ahead at most evaluations in 2 of 2 | **holds** (2 of 2 seeds) |" in md
-  assert "| 200 vs 300 / 200 vs 300 | sooner in 2 of 2 | **holds** (2 of 2 seeds) |" in md
+  assert ("| 200 vs 300 / 200 vs 300 | sooner in 2 of 2 | **holds** (2 of 2 seeds, ranges apart) |"
+          in md)
   total = lambda x: 6 * x  # both directions' R@1+5+10
   assert (" / ".join(f"{total(a):.1f} vs {total(b):.1f}" for a, b in zip(ln_best, base_best))
           + " | LN higher in 2 of 2; the seeds' ranges do not overlap | **holds** (2 of 2 seeds, "
-          "apart) |") in md
+          "ranges apart) |") in md
   assert "EfficientNet-Lite0" in md and "1280-d global average pool" in md and "10 crops" in md
   assert "Seeds: 2 per run." in md

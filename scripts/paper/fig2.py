@@ -9,6 +9,7 @@ from configs import reader as reader_config
 from experiments.runner import figures
 from lnorm import norms
 from lnorm.data import cloze
+from scripts.paper import verdicts
 from scripts.paper.runs import first, header, mean_sd, out_dir, reached, run_all
 from scripts.paper.runs import seeds, steps_table
 
@@ -143,7 +144,8 @@ def claims(ms: dict[str, list[list[dict]]], base: dict[str, float]) -> str:
                  f"update at which LN reaches {name}'s best validation error, against {name}'s",
                  " / ".join(f"{reached(a)} vs {b}" for a, b in to),
                  f"sooner in {sum(a < b for a, b in to)} of {len(pairs)}"
-                 + (f"; {', '.join(pct)} of {name}'s updates" if pct else "")))
+                 + (f"; {', '.join(pct)} of {name}'s updates" if pct else ""),
+                 str(verdicts.compare([a for a, _ in to], [b for _, b in to], lower=True))))
   for k in ("lstm", "bn"):
     pairs = list(zip(ms["ln"], ms[k]))
     name = READER_RUNS[k][0]
@@ -151,7 +153,8 @@ def claims(ms: dict[str, list[list[dict]]], base: dict[str, float]) -> str:
     rows.append((f"LN converges to a better validation error than {name}",
                  f"best validation error, LN vs {name}",
                  " / ".join(f"{a:.4f} vs {b:.4f}" for a, b in vs),
-                 f"LN lower in {sum(a < b for a, b in vs)} of {len(pairs)}"))
+                 f"LN lower in {sum(a < b for a, b in vs)} of {len(pairs)}",
+                 str(verdicts.compare([a for a, _ in vs], [b for _, b in vs], lower=True))))
   word, top = min((("most frequent entity", base["valid_maxfreq"]),
                    ("exclusive frequency", base["valid_exclusive"])), key=lambda x: x[1])
   for k, runs in ms.items():
@@ -160,7 +163,7 @@ def claims(ms: dict[str, list[list[dict]]], base: dict[str, float]) -> str:
                  f"best validation error, and how far below the {word} baseline's {top:.4f}",
                  " / ".join(f"{best(m):.4f} ({g:+.4f})" for m, g in zip(runs, gain)),
                  f"below it in {sum(g > 0 for g in gain)} of {len(runs)}; baseline minus "
-                 f"best {mean_sd(gain)}"))
-  return ("\nThe paper's claims, seed by seed (values in seed order):\n\n"
-          "| claim | measure | per seed | how many seeds |\n|---|---|---|---|\n"
+                 f"best {mean_sd(gain)}", str(verdicts.passes([g > 0 for g in gain]))))
+  return (f"\nThe paper's claims, seed by seed (values in seed order). {verdicts.RULE}\n\n"
+          "| claim | measure | per seed | how many seeds | verdict |\n|---|---|---|---|---|\n"
           + "".join(f"| {' | '.join(r)} |\n" for r in rows))

@@ -6,6 +6,7 @@ import sys
 
 from configs import pi_mnist as pi_mnist_config
 from lnorm import norms
+from scripts.paper import verdicts
 from scripts.paper.runs import TIME_NOTE, curves, first, header, out_dir, reached, run_all, seeds, summary_row, train_nll_table
 
 # The norms the paper compares in its MLPs and ConvNets (labels: norms.label).
@@ -50,20 +51,24 @@ def claims(records: dict) -> str:
   n = len(ms("layer", 4))
   rows = []
   fin = {b: [m[-1]["test_error"] for m in ms("layer", b)] for b in (4, 128)}
-  overlap = min(fin[4]) <= max(fin[128]) and min(fin[128]) <= max(fin[4])
+  overlap = verdicts.overlap(fin[4], fin[128])
+  sp = verdicts.spread(fin[4], fin[128])
+  kept = verdicts.no_worse(fin[4], fin[128], lower=True, sp=sp)
   rows.append((
       "(a) layer norm does about as well at batch 4 as at batch 128",
       "final test error, batch 4 vs 128",
       " / ".join(f"{pct(a)} vs {pct(b)}" for a, b in zip(fin[4], fin[128])),
-      f"higher at batch 4 in {sum(a > b for a, b in zip(fin[4], fin[128]))} of {n}; the "
-      f"seeds' ranges {'overlap' if overlap else 'do not overlap'}"))
+      f"higher at batch 4 in {sum(a > b for a, b in zip(fin[4], fin[128]))} of {n}, beyond the "
+      f"spread ({pct(sp)}) in {sum(not k for k in kept)}; the seeds' ranges "
+      f"{'overlap' if overlap else 'do not overlap'}", str(verdicts.passes(kept))))
   for key, level, what in (("test_error", 0.02, "2% test error"), ("train_nll", 0.1, "training NLL 0.1")):
     ln, bn = ([first(m, key, level) for m in ms(norm, 4)] for norm in ("layer", "batch"))
     rows.append((
         "(b) layer norm converges faster than batch norm at batch 4",
         f"first epoch at {what}, layer vs batch norm",
         " / ".join(f"{reached(a)} vs {reached(b)}" for a, b in zip(ln, bn)),
-        f"layer norm sooner in {sum(a < b for a, b in zip(ln, bn))} of {n}"))
+        f"layer norm sooner in {sum(a < b for a, b in zip(ln, bn))} of {n}",
+        str(verdicts.compare(ln, bn, lower=True))))
   for batch in (4, 128):
     lower = [sum(a["train_nll"] < b["train_nll"] for a, b in zip(l, base))
              for l, base in zip(ms("layer", batch), ms("none", batch))]
@@ -72,17 +77,21 @@ def claims(records: dict) -> str:
         f"(c) layer norm trains faster than the baseline, batch {batch}",
         "epochs in which layer norm's training NLL is the lower",
         " / ".join(f"{k} of {epochs}" for k in lower),
-        f"lower in most epochs in {sum(2 * k > epochs for k in lower)} of {n}"))
+        f"lower in most epochs in {sum(2 * k > epochs for k in lower)} of {n}",
+        str(verdicts.passes([2 * k > epochs for k in lower]))))
     ln, base = ([first(m, "train_nll", 0.01) for m in ms(norm, batch)]
                 for norm in ("layer", "none"))
     rows.append((
         f"(c) layer norm trains faster than the baseline, batch {batch}",
         "first epoch at training NLL 0.01, layer norm vs baseline",
         " / ".join(f"{reached(a)} vs {reached(b)}" for a, b in zip(ln, base)),
-        f"layer norm sooner in {sum(a < b for a, b in zip(ln, base))} of {n}"))
+        f"layer norm sooner in {sum(a < b for a, b in zip(ln, base))} of {n}",
+        str(verdicts.compare(ln, base, lower=True))))
   return ("\nThe paper's claims, seed by seed (seed s of one run against seed s of the other: "
-          "the same initialisation and minibatch order; values in seed order):\n\n"
-          "| claim | measure | per seed | how many seeds |\n|---|---|---|---|\n"
+          f"the same initialisation and minibatch order; values in seed order). {verdicts.RULE} "
+          "\"About as well\" is a stated test: no worse than batch 128 beyond the spread (the "
+          "larger range over seeds of the two).\n\n"
+          "| claim | measure | per seed | how many seeds | verdict |\n|---|---|---|---|---|\n"
           + "".join(f"| {' | '.join(r)} |\n" for r in rows))
 
 

@@ -9,6 +9,7 @@ import math
 from experiments.runner import figures
 from lnorm import norms
 from lnorm import order_embeddings as oe
+from scripts.paper import verdicts
 from scripts.paper.runs import header, mean_sd, out_dir, per_seed, reached, run_all, seed_names, seeds
 
 CONFIG = "configs/order_embeddings.py"
@@ -89,24 +90,6 @@ def first_at_least(m: list[dict], key: str, level: float) -> float:
   return next((r["step"] for r in m if r.get(key, -math.inf) >= level), math.inf)
 
 
-def _verdict(k: int, n: int, overlap: bool | None = None) -> str:
-  """Holds where all ``n`` seeds agree (and, for a value, the two norms'
-  ranges over seeds do not ``overlap``); leans where most do; else fails.
-  One seed has no spread to judge against, and says so."""
-  if n == 1:
-    return f"{'holds' if k else 'fails'} in the one seed (no spread to judge against)"
-  if k == n and not overlap:
-    return f"**holds** ({k} of {n} seeds" + ("" if overlap is None else ", apart") + ")"
-  if 2 * k > n:
-    return (f"leans towards it ({k} of {n} seeds"
-            + ("; within the seeds' spread)" if overlap else ")"))
-  return f"**fails** ({k} of {n} seeds)"
-
-
-def _overlap(a: list[float], b: list[float]) -> bool:
-  return min(a) <= max(b) and min(b) <= max(a)
-
-
 def claims(ms: dict[str, list[list[dict]]]) -> str:
   """The paper's claim on Figure 1 and Table 2, that layer norm converges
   faster and ends higher, seed by seed: seed s of LN against seed s of the
@@ -126,24 +109,25 @@ def claims(ms: dict[str, list[list[dict]]]) -> str:
     rows.append((f"LN converges faster ({side} retrieval)",
                  f"evaluations at which LN's dev {side} R@1+5+10 is the higher",
                  " / ".join(f"{a} of {e}" for a, e in ahead),
-                 f"ahead at most evaluations in {k} of {n}", _verdict(k, n)))
+                 f"ahead at most evaluations in {k} of {n}",
+                 str(verdicts.passes([2 * a > e for a, e in ahead]))))
   to = [(first_at_least(ln, SELECT, best_dev(b)[SELECT]), best_dev(b)["step"]) for ln, b in pairs]
   k = sum(a < s for a, s in to)
   rows.append(("LN converges faster", "update at which LN first reaches its seed's baseline "
                "best dev image R@1+5+10, against the update of that best",
                " / ".join(f"{reached(a)} vs {s}" for a, s in to),
-               f"sooner in {k} of {n}", _verdict(k, n)))
+               f"sooner in {k} of {n}",
+               str(verdicts.compare([a for a, _ in to], [s for _, s in to], lower=True))))
   for what, pick in (("best dev", best_dev), ("last evaluation", lambda m: m[-1])):
     fin = [(recall_total(pick(ln), "test_"), recall_total(pick(b), "test_")) for ln, b in pairs]
     k = sum(a > b for a, b in fin)
-    ov = _overlap([a for a, _ in fin], [b for _, b in fin])
+    v = verdicts.compare([a for a, _ in fin], [b for _, b in fin], lower=False)
     rows.append((f"LN ends higher ({what})", "test R@1+5+10 of both directions summed, LN vs "
                  "baseline", " / ".join(f"{a:.1f} vs {b:.1f}" for a, b in fin),
                  f"LN higher in {k} of {n}; the seeds' ranges "
-                 f"{'overlap' if ov else 'do not overlap'}", _verdict(k, n, ov)))
+                 f"{'overlap' if v.overlap else 'do not overlap'}", str(v)))
   return ("\nThe paper's claim, seed by seed (seed s of LN against seed s of the baseline: the "
-          "same image order and caption draws; values in seed order). A claim holds where every "
-          "seed agrees and the two norms' ranges over seeds do not overlap:\n\n"
+          f"same image order and caption draws; values in seed order). {verdicts.RULE}\n\n"
           "| claim | measure | per seed | how many seeds | verdict |\n|---|---|---|---|---|\n"
           + "".join(f"| {' | '.join(r)} |\n" for r in rows))
 

@@ -7,6 +7,7 @@ import statistics
 
 from experiments.runner import figures
 from lnorm import norms
+from scripts.paper import verdicts
 from scripts.paper.runs import first, header, mean_sd, out_dir, per_seed, reached, run_all, seeds
 
 
@@ -149,7 +150,8 @@ def claims(runs: dict[str, list[list[dict]]], steps: list[int], shown: list[str]
   rows.append(("LN trains faster", "evaluations at which LN's held-out NLL is lower",
                " / ".join(f"{a} of {len(steps)}" for a in ahead),
                f"lower at most evaluations in {sum(2 * a > len(steps) for a in ahead)} of {n}",
-               mean_sd(diffs("heldout_nll"), ".3f")))
+               mean_sd(diffs("heldout_nll"), ".3f"),
+               str(verdicts.passes([2 * a > len(steps) for a in ahead]))))
   to = [(first(ln, "heldout_nll", b[-1]["heldout_nll"], "step"), b[-1]["step"])
         for ln, b in pairs]
   rows.append(("LN trains faster", "update at which LN reaches its seed's baseline final "
@@ -158,7 +160,7 @@ def claims(runs: dict[str, list[list[dict]]], steps: list[int], shown: list[str]
                f"sooner in {sum(a < b for a, b in to)} of {n}"
                + "".join(f"; {100 * a / b:.0f}%" for a, b in to if a != math.inf)
                + (" of the baseline's updates" if any(a != math.inf for a, _ in to) else ""),
-               ""))
+               "", str(verdicts.compare([a for a, _ in to], [b for _, b in to], lower=True))))
   for k in shown:
     up = higher_is_better(k)
     fin = [(ln[-1][k], b[-1][k]) for ln, b in pairs]
@@ -168,10 +170,11 @@ def claims(runs: dict[str, list[list[dict]]], steps: list[int], shown: list[str]
                  + (" (%)" if scale == 100 else "") + (", lower is better" if not up else ""),
                  " / ".join(f"{skip_cell(k, a)} vs {skip_cell(k, b)}" for a, b in fin),
                  f"LN better in {sum((a > b) if up else (a < b) for a, b in fin)} of {n}",
-                 mean_sd([scale * d for d in diffs(k)], ".1f" if scale == 100 else ".3f")))
-  return ("\nThe paper's claims, seed by seed (values in seed order):\n\n"
-          "| claim | measure | per seed | how many seeds | LN − baseline, mean ± sd |\n"
-          "|---|---|---|---|---|\n" + "".join(f"| {' | '.join(r)} |\n" for r in rows))
+                 mean_sd([scale * d for d in diffs(k)], ".1f" if scale == 100 else ".3f"),
+                 str(verdicts.compare([a for a, _ in fin], [b for _, b in fin], lower=not up))))
+  return (f"\nThe paper's claims, seed by seed (values in seed order). {verdicts.RULE}\n\n"
+          "| claim | measure | per seed | how many seeds | LN − baseline, mean ± sd | verdict |\n"
+          "|---|---|---|---|---|---|\n" + "".join(f"| {' | '.join(r)} |\n" for r in rows))
 
 
 def gru_vs_baselines(runs: dict[str, list[list[dict]]], shown: list[str]) -> str:

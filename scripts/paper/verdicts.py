@@ -127,7 +127,8 @@ def within(a: Sequence[float], b: Sequence[float], sp: float | None = None) -> l
 def untimed(n: int, command: str) -> Verdict:
   """A step-time claim with no idle benchmark recorded: cannot tell, whatever
   the runs' own timings say."""
-  return Verdict(CANNOT_TELL, 0, n, why=f"no idle benchmark recorded; it awaits `{command}`")
+  return Verdict(CANNOT_TELL, 0, n,
+                 why=f"no idle benchmark recorded beside the runs; it awaits `{command}`")
 
 
 def both(parts: dict[str, Verdict]) -> Verdict:
