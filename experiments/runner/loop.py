@@ -363,10 +363,12 @@ def _train(opts: Options, wd: Path, task: Task, t_start: float, stop: _Stop) -> 
   mngr = wdir.checkpoint_manager(wd, max_to_keep=None)
   try:
     # A checkpoint is only as good as its record: one whose line in
-    # metrics.jsonl is damaged or missing is trained again (restore_latest).
+    # metrics.jsonl is damaged or missing is trained again (drop_unrecorded).
     records, _ = rec.read(wd / rec.METRICS)
     parallel.barrier("lnorm_records_read")  # before process 0 rewrites the file
-    state, step = wdir.restore_latest(mngr, task.state, {r["step"] for r in records})
+    wdir.drop_unrecorded(mngr, {r["step"] for r in records})
+    state, step = wdir.restore_latest(mngr, task.state)
+    wdir.check_records(wd, step)  # again, if a damaged checkpoint moved it back
     good = {r["step"] for r in records if r["step"] <= step and rec.finite(r)}
     num_epochs = epochs_touched(total, spe)
     if step == 0:

@@ -445,25 +445,14 @@ def _abstract(state: Any) -> Any:
   return jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
 
 
-def restore_latest(mngr: ocp.CheckpointManager, state: Any,
-                   recorded: Container[int] | None = None) -> tuple[Any, int]:
+def restore_latest(mngr: ocp.CheckpointManager, state: Any) -> tuple[Any, int]:
   """``(state, step)`` from the newest checkpoint that restores, or the given
   state and 0 if there is none. Newer ones that do not restore (truncated,
   unreadable) are moved to ``damaged_checkpoints/`` beside ``checkpoints/``,
-  with a line that says so; if none restores, a UserError.
-
-  With ``recorded`` (the steps metrics.jsonl has records of), a checkpoint
-  without its record is passed over and removed, with a line that says so:
-  the run trains again from the checkpoint before it (bit for bit the same
-  steps) and writes the record whole, train metrics and all, which no
-  evaluation of the checkpoint alone could. A damaged line before the record
-  of the checkpoint it restores is refused (:func:`check_records`)."""
+  with a line that says so; if none restores, a UserError."""
   steps = sorted(mngr.all_steps(), reverse=True)
-  unrecorded = [s for s in steps if recorded is not None and s not in recorded]
   failed: list[tuple[int, str]] = []
   for step in steps:
-    if step in unrecorded:
-      continue
     try:
       # Orbax logs what it could not parse; the line below says what it means.
       with _orbax_held():
@@ -482,28 +471,36 @@ def restore_latest(mngr: ocp.CheckpointManager, state: Any,
         print(f"checkpoint {bad} does not restore ({reason}); moved it to {target} and "
               f"resumed from checkpoint {step}", flush=True)
       mngr.reload()
-    if recorded is not None:
-      check_records(Path(mngr.directory).parent, step)  # before anything is removed
-    _drop_unrecorded(mngr, unrecorded, step)
     return restored, int(step)
   if failed:
     step, reason = failed[0]
     raise UserError(f"no checkpoint in {mngr.directory} restores (the newest, {step}: "
                     f"{reason}); use a new --workdir, or remove {mngr.directory} to train "
                     "this run afresh")
-  _drop_unrecorded(mngr, unrecorded, 0)
   return state, 0
 
 
-def _drop_unrecorded(mngr: ocp.CheckpointManager, unrecorded: list[int], base: int) -> None:
+def drop_unrecorded(mngr: ocp.CheckpointManager, recorded: Container[int]) -> None:
+  """Removes each checkpoint whose step has no record in metrics.jsonl
+  (``recorded``: the steps it has records of), with a line that says so, so
+  that :func:`restore_latest` resumes from the one before it: the run trains
+  those steps again (bit for bit the same) and writes the record whole, train
+  metrics and all, which no evaluation of the checkpoint alone could. First
+  refuses a damaged line before the record of the checkpoint the run will
+  resume from (:func:`check_records`), so a refused run loses nothing."""
+  wd = Path(mngr.directory).parent
+  steps = sorted(mngr.all_steps(), reverse=True)
+  unrecorded = [s for s in steps if s not in recorded]
+  base = next((s for s in steps if s in recorded), 0)
+  check_records(wd, base)
   if not unrecorded:
     return
   for step in unrecorded:
     with _orbax_held():
       mngr.delete(step)
-  names = ", ".join(str(s) for s in sorted(unrecorded))
-  print(f"checkpoint{'s' * (len(unrecorded) > 1)} {names} ha{'ve' if len(unrecorded) > 1 else 's'}"
-        f" no record in {Path(mngr.directory).parent / rec.METRICS} (a damaged or missing "
+  many = len(unrecorded) > 1
+  print(f"checkpoint{'s' * many} {', '.join(str(s) for s in sorted(unrecorded))} "
+        f"ha{'ve' if many else 's'} no record in {wd / rec.METRICS} (a damaged or missing "
         f"line): removed, and steps {base + 1}-{max(unrecorded)} are trained again from "
         + (f"checkpoint {base}" if base else "the start") + " to record them whole",
         flush=True)
@@ -511,8 +508,9 @@ def _drop_unrecorded(mngr: ocp.CheckpointManager, unrecorded: list[int], base: i
 
 def check_records(wd: Path, step: int) -> None:
   """Refuses a resume from ``step`` when a damaged line of metrics.jsonl comes
-  before step's record: the record it held is of a step whose checkpoint is
-  gone, so nothing can make it again, and the run's records would have a hole."""
+  before step's record: the run's records would have a hole that only
+  training again from an earlier checkpoint (most often: from the start) could
+  fill, which is the user's call, not the loop's."""
   path = wd / rec.METRICS
   if not step or not path.exists():
     return
@@ -530,9 +528,9 @@ def check_records(wd: Path, step: int) -> None:
   if before:
     raise UserError(
         f"line {before[0]} of {path} is damaged, before the record of step {step} that the run "
-        "resumes from, and no checkpoint is left to make that record again: restore the "
-        "file from a copy, delete the line to go on without that record, or start afresh "
-        "with another --workdir")
+        "resumes from: the record it held is lost, and only training again from before it "
+        "could make it. Restore the file from a copy, delete the line to go on without "
+        "that record, or start afresh with another --workdir")
 
 
 def prune(mngr: ocp.CheckpointManager, keep: int, good: int | None) -> None:
