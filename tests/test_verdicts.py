@@ -141,3 +141,41 @@ def test_sides_of_different_seeds_are_refused():
     V.compare([1.0, 2.0], [1.0], lower=True)
   with pytest.raises(ValueError):
     V.passes([])
+
+
+def test_figure_4_claims_use_the_rule_seed_by_seed():
+  from lnorm import norms
+  from scripts.paper import fig4
+  mk = lambda bounds: [{"epoch": e + 1, "test_bound": b} for e, b in enumerate(bounds)]
+  ms = {norms.NONE: [mk([200, 150, 120, 110]), mk([200, 150, 121, 111])],
+        norms.LAYER_C: [mk([190, 130, 110, 100]), mk([195, 140, 125, 111])]}
+  rows = [l.strip("| ").split(" | ") for l in fig4.claims(ms).splitlines()
+          if l.startswith("| LN")]
+  # Seed 0 ahead at 4 of 4 epochs, seed 1 at 2 of 4 (not most); seed 0 reaches its
+  # baseline's final 110 at epoch 3, seed 1 its 111 only at the last, 4 (a tie).
+  assert [r[2:] for r in rows] == [
+      ["4 of 4 / 2 of 4", "ahead in most epochs in 1 of 2", "**cannot tell** (1 of 2 seeds)"],
+      ["3 vs 4 / 4 vs 4", "sooner in 1 of 2", "**cannot tell** (1 of 2 seeds; the ranges overlap)"]]
+
+
+def test_convnet_claims_with_one_seed_say_there_is_no_spread():
+  from lnorm import norms
+  from scripts.paper import convnet
+  mk = lambda nll, err: {"seeds": [{"metrics": [{"epoch": e + 1, "train_nll": n, "test_error": t}
+                                                for e, (n, t) in enumerate(zip(nll, err))]}]}
+  records = {("mnist", norms.NONE): mk([0.3, 0.2, 0.1], [0.02, 0.015, 0.010]),
+             ("mnist", norms.LAYER): mk([0.25, 0.15, 0.05], [0.02, 0.014, 0.009]),
+             ("mnist", norms.BATCH): mk([0.2, 0.1, 0.04], [0.03, 0.02, 0.012])}
+  rows = {r[0]: r[2:] for r in (l.strip("| ").split(" | ") for l in
+                                convnet.claims(records).splitlines() if l.startswith("| mnist"))}
+  one = lambda did: f"{did} in the one seed (no spread to judge against)"
+  none, ln, bn = (norms.label(n) for n in (norms.NONE, norms.LAYER, norms.BATCH))
+  assert rows == {
+      f"mnist: {ln} trains faster than {none}": ["3 of 3", "lower in most epochs in 1 of 1",
+                                                 one("agrees")],
+      f"mnist: {ln} ends lower in test error than {none}": ["0.0090 vs 0.0100", "lower in 1 of 1",
+                                                            one("agrees")],
+      f"mnist: {bn} trains faster than {ln}": ["3 of 3", "lower in most epochs in 1 of 1",
+                                               one("agrees")],
+      f"mnist: {bn} ends lower in test error than {ln}": ["0.0120 vs 0.0090", "lower in 0 of 1",
+                                                          one("disagrees")]}
