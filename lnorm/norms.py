@@ -364,3 +364,6 @@ register(Norm(
     (Param("alpha", "scalar", N.DERF_ALPHA0), Param("shift", "scalar", N.DERF_SHIFT0),
      Param("gain")), fn=_pointwise(N.derf, "alpha", "shift"),
     cite="Chen, Lu, Zhu, Sun & Liu, arXiv 2512.10938"))
+register(Norm(
+    "scale", "ScaleNorm", "SN-", frozenset(SITES), (Param("g", "scalar", N.scale_norm_g0),),
+    bias=False, fn=_scale, cite="Nguyen & Salazar 2019"))

@@ -143,7 +143,7 @@ def _seq_inputs(I=3):
   return x, length_mask(LENGTHS, 6)
 
 
-@pytest.mark.parametrize("norm", ["rms", "dyt", USER])
+@pytest.mark.parametrize("norm", ["rms", "dyt", "scale", USER])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("layer,cell", [(R.LSTM, R.LSTMCell), (R.GRU, R.GRUCell)])
 def test_sequence_layer_falls_back_to_the_cells_scan(layer, cell, norm, masked):
@@ -366,3 +366,29 @@ def test_pi_mnist_group_norm_groups_not_dividing_the_features_is_one_line(tmp_pa
   assert r.stderr.strip() == ("error: norm='group': groups=7 does not divide a layer's 64 "
                               "features")
   assert not (tmp_path / "run").exists()
+
+
+def test_scale_norm_in_dense_conv_and_sublayer_matches_numpy():
+  """g x / ||x|| over an example's units (the dense layer's bias after it),
+  g starting at sqrt(d) for the d elements normalized together."""
+  x = jax.random.normal(jax.random.key(0), (4, 5)) + 2.0
+  m = NormDense(6, norm="scale")
+  v = m.init(jax.random.key(1), x)["params"]
+  assert list(v) == ["kernel", "bias", "g"] and v["g"].shape == ()
+  np.testing.assert_allclose(v["g"], np.sqrt(6), rtol=1e-7)
+  p = _perturbed(v)
+  a = np.asarray(x, np.float64) @ np.asarray(p["kernel"], np.float64)
+  want = float(p["g"]) * a / np.linalg.norm(a, axis=1, keepdims=True) + np.asarray(p["bias"])
+  np.testing.assert_allclose(m.apply({"params": p}, x), want, rtol=1e-5, atol=1e-5)
+  x4 = jax.random.normal(jax.random.key(3), (2, 4, 4, 3))
+  vc = NormConv(5, norm="scale").init(jax.random.key(4), x4)
+  np.testing.assert_allclose(vc["params"]["g"], np.sqrt(4 * 4 * 5), rtol=1e-7)
+  y = np.asarray(NormConv(5, norm="scale").apply(vc, x4), np.float64)
+  yb = y - np.asarray(vc["params"]["bias"])  # ||y - b|| = g over H x W x C
+  np.testing.assert_allclose(np.linalg.norm(yb.reshape(2, -1), axis=1), np.sqrt(80), rtol=1e-5)
+  xs = jax.random.normal(jax.random.key(5), (2, 3, 8))
+  n = Normalize("scale")
+  vn = n.init(jax.random.key(6), xs)
+  assert list(vn["params"]) == ["g"]  # no bias of its own
+  np.testing.assert_allclose(np.linalg.norm(np.asarray(n.apply(vn, xs), np.float64), axis=-1),
+                             np.sqrt(8), rtol=1e-5)
