@@ -598,7 +598,7 @@ runpy.run_module("experiments.main", run_name="__main__", alter_sys=True)
 def test_help_lists_fields_presets_and_configs():
   r = run_cli("--config=configs/pi_mnist.py:smoke", "--help")
   assert r.returncode == 0, r.stderr
-  assert "norm = 'layer'" in r.stdout and "none | layer | batch | weight | rms" in r.stdout
+  assert "norm = 'layer'" in r.stdout and "(lnorm/norms.py: none, layer, batch, weight, rms" in r.stdout
   # The smoke preset's value, with the default's that the comment describes.
   line = next(l for l in r.stdout.splitlines() if "num_epochs = " in l)
   assert "num_epochs = 2 " in line and "[paper: 60] the paper's Figure 6 spans 60 epochs" in line
@@ -607,9 +607,9 @@ def test_help_lists_fields_presets_and_configs():
   assert "configs/draw.py" in r.stdout and "configs/convnet.py" in r.stdout
   paper = run_cli("--config=configs/pi_mnist.py", "--help")
   assert "[paper:" not in paper.stdout and "num_epochs = 60 " in paper.stdout
-  # A preset's own comment wins over the default's where it gives one.
+  # The declaration's comment, then a preset's own where it gives one.
   cpu = run_cli("--config=configs/reader.py:cpu", "--help").stdout
-  assert "[paper: 8e-05] ours for the shorter run" in cpu
+  assert "[paper: 8e-05] Adam; the authors' command (cpu: ours for the shorter run" in cpu
   bare = run_cli("--help")
   assert bare.returncode == 0 and "configs/pi_mnist.py" in bare.stdout
 

@@ -1,6 +1,11 @@
 """``--help`` for a config: its fields with their comments and defaults, its
-presets, and the configs there are. Comments come from the config file's source
-(``c.<field> = value  # comment``, or the comment lines just above)."""
+presets, and the configs there are. Comments come from the config file's source:
+a field's comment is that of its declaration, the first ``c.<field> = value``
+(``# comment`` at the end of the line and the comment lines aligned under it, or
+the comment lines just above). A preset that changes the field adds its own
+comment only where it is the trailing comment of a line setting that field
+alone: a comment above a preset's line, or on a line setting several fields,
+is about the preset, not one field."""
 
 from __future__ import annotations
 
@@ -28,10 +33,17 @@ def usage() -> str:
           "configs: " + ", ".join(available()))
 
 
-def _comment_of(node: ast.stmt, lines: list[str], trailing: dict[int, str]) -> str:
-  """The comment at the end of ``node``'s line, else the comment block just above."""
-  text = trailing.get(node.lineno, "")
-  if not text:
+def _comment_of(node: ast.stmt, lines: list[str], trailing: dict[int, tuple[int, str]]) -> str:
+  """The comment at the end of ``node``'s line with the comment-only lines
+  aligned under it, else the comment block just above."""
+  col, text = trailing.get(node.lineno, (0, ""))
+  if text:
+    i = node.end_lineno or node.lineno  # 1-based: the line after the statement, 0-based.
+    while i < len(lines) and lines[i].strip().startswith("#") \
+        and len(lines[i]) - len(lines[i].lstrip()) == col:
+      text += " " + lines[i].strip().lstrip("#").strip()
+      i += 1
+  else:
     above, i = [], node.lineno - 2
     while i >= 0 and lines[i].strip().startswith("#"):
       above.insert(0, lines[i].strip().lstrip("#").strip())
@@ -50,24 +62,38 @@ def _assigned(node: ast.Assign) -> list[str]:
   return names
 
 
-def _comments(source: str, preset: str | None = None) -> dict[str, str]:
-  """Field name -> its comment, for the first ``c.<field> = ...`` of each field,
-  in the order of the file; with ``preset``, only the assignments in that
-  preset's ``if preset == ...`` branch."""
-  trailing: dict[int, str] = {}
+def _trailing(source: str) -> dict[int, tuple[int, str]]:
+  """Line number -> (column, text) of the comment ending a line of code."""
+  lines, out = source.splitlines(), {}
   for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-    if tok.type == tokenize.COMMENT:
-      trailing[tok.start[0]] = tok.string.lstrip("#").strip()
-  lines = source.splitlines()
-  root: list[ast.AST] = [ast.parse(source)]
-  if preset is not None:
-    root = [stmt for node in ast.walk(root[0]) if isinstance(node, ast.If)
-            and _names_preset(node.test, preset) for stmt in node.body]
-  assigns = [n for r in root for n in ast.walk(r) if isinstance(n, ast.Assign)]
+    if tok.type == tokenize.COMMENT and lines[tok.start[0] - 1][:tok.start[1]].strip():
+      out[tok.start[0]] = (tok.start[1], tok.string.lstrip("#").strip())
+  return out
+
+
+def _comments(source: str) -> dict[str, str]:
+  """Field name -> the comment of its declaration, the first ``c.<field> = ...``
+  of each field, in the order of the file."""
+  trailing, lines = _trailing(source), source.splitlines()
+  assigns = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Assign)]
   out: dict[str, str] = {}
   for node in sorted(assigns, key=lambda n: n.lineno):
     for name in _assigned(node):
       out.setdefault(name, _comment_of(node, lines, trailing))
+  return out
+
+
+def _preset_comments(source: str, preset: str) -> dict[str, str]:
+  """Field name -> the trailing comment of a line in ``preset``'s branch that
+  sets that field alone (``c.lr = 1e-3  # why``)."""
+  trailing, lines = _trailing(source), source.splitlines()
+  branch = [stmt for node in ast.walk(ast.parse(source)) if isinstance(node, ast.If)
+            and _names_preset(node.test, preset) for stmt in node.body]
+  out: dict[str, str] = {}
+  for node in branch:
+    names = _assigned(node) if isinstance(node, ast.Assign) else []
+    if len(names) == 1 and node.lineno in trailing:
+      out.setdefault(names[0], _comment_of(node, lines, trailing))
   return out
 
 
@@ -105,24 +131,24 @@ def _docline(source: str) -> str:
 
 
 def describe(spec: str, config: ml_collections.ConfigDict) -> str:
-  """The fields with their values under ``spec``. The comments were written for
-  the default preset's values: a field another preset (or a flag) changes
-  shows the default's value beside it, and the preset's own comment if it has
-  one."""
+  """The fields with their values under ``spec``, each with its declaration's
+  comment, written for the default preset's values: a field another preset (or
+  a flag) changes shows the default's value beside it, and after the comment
+  the preset's own comment on that field if it has one."""
   path, _, preset = spec.partition(":")
   source = Path(path).read_text()
   comments, presets = _comments(source), _presets(source)
   default = presets[0] if presets else ""
   preset = preset or default
   base = _default_config(path, default) if preset != default else None
-  own = _comments(source, preset) if preset != default else {}
+  own = _preset_comments(source, preset) if preset != default else {}
   order = {k: i for i, k in enumerate(comments)}
   items = sorted(config.items(), key=lambda kv: order.get(kv[0], len(order)))
   rows = []
   for k, v in items:
     c = comments.get(k, "")
     if base is not None and k in base and base[k] != v:
-      c = f"[{default}: {base[k]!r}] " + (own.get(k) or c)
+      c = f"[{default}: {base[k]!r}] {c}" + (f" ({preset}: {own[k]})" if k in own else "")
     rows.append((k, repr(v), c))
   width = max(len(k) + len(v) for k, v, _ in rows) + 3
   out = [f"{path}: {_docline(source)}", "",
