@@ -1,27 +1,24 @@
 r"""ConvNets with layer, batch or no normalization (paper section 6.7).
 
-The paper reports, without numbers, that layer norm speeds up a convnet
-over no normalization, but batch norm does better still. The paper gives no
-architecture; ours (lnorm/convnet.py): two [3x3 conv -> norm -> ReLU -> 2x2
-max-pool] blocks of 32 and 64 channels, a normalized 256-unit ReLU layer,
-and a linear output layer. Layer norm takes its statistics over all
-H x W x C units of an example; batch norm over N x H x W for each channel.
+The paper reports, without numbers, that layer norm speeds up a convnet over
+no normalization, but batch norm does better still. It gives no architecture;
+ours (lnorm/convnet.py): two [3x3 conv -> norm -> ReLU -> 2x2 max-pool] blocks
+of 32 and 64 channels, a normalized 256-unit ReLU layer, and a linear output
+layer. Layer norm takes its statistics over all H x W x C units of an
+example; batch norm over N x H x W for each channel. Data: <data_dir>/mnist,
+or <data_dir>/fashion_mnist with --config.dataset=fashion_mnist
+(scripts/download_data.py).
 
-Command (one run):
+Command (one run; all six, MNIST and Fashion-MNIST, are one reproduce.py command):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/convnet.py --workdir runs/convnet_ln --config.norm=layer
-Fashion-MNIST: --config.dataset=fashion_mnist, with <data_dir>/fashion_mnist/
-holding the IDX files (Debian: dataset-fashion-mnist).
-All runs: python scripts/reproduce.py convnet [--preset paper|cpu]
-Presets: paper (20 epochs; the paper states none), cpu (3 epochs of a
-(16, 32)-channel, 128-unit net), smoke.
-Runtime on a 2-core CPU: ~1 min an epoch for the cpu preset; 70-77 s an epoch
-for the paper preset run alone, ~2 min with two runs at once (--jobs 2 in
-reproduce.py), ~30-40 min a run; seconds an epoch on one GPU (not measured).
-The paper's result: no numbers; batch norm > layer norm > none.
-Ours (results/convnet, README): in training NLL batch norm is fastest and layer
-norm a little faster than none; final test error on MNIST layer 0.75%, none
-0.87%, batch 1.17%; on Fashion-MNIST none 7.89%, layer 8.38%, batch 8.61%.
+  python scripts/reproduce.py convnet [--preset cpu] [--seeds N] [--jobs 2]
+Presets, and their runtime on the 2-core CPU:
+  ``:paper`` (default): 20 epochs (the paper states none); 70-77 s an epoch
+    alone, ~2 min with two runs at once: 30-40 min a run.
+  ``:cpu``: 3 epochs of a (16, 32)-channel, 128-unit net; ~1 min an epoch.
+  ``:smoke``: one epoch of a tiny net on 1,000 images, for tests; seconds.
+Results: results/convnet/results.md (paper preset), results/convnet_cpu/results.md.
 """
 
 import ml_collections

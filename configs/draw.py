@@ -2,36 +2,26 @@ r"""DRAW on binarized MNIST (paper section 6.4, Figure 4).
 
 DRAW (Gregor et al. 2015) with 2x2 read and 5x5 write attention, encoder and
 decoder LSTMs, a Bernoulli output and the negative variational bound as the
-loss, trained with Adam. ``norm=layer_c`` is the paper's variant (LN on the cell
-state only, eqs. 29-31); ``norm=none`` is the baseline; ``norm=layer`` (the
-LN-LSTM of eqs. 20-22) is beyond the paper. Data: Larochelle & Murray's
-fixed binarization, 50,000 train / 10,000 valid / 10,000 test. Reported: the
+loss, trained with Adam. ``norm=layer_c`` is the paper's variant (LN on the
+cell state only, eqs. 29-31); ``norm=none`` is the baseline; ``norm=layer``
+(the LN-LSTM of eqs. 20-22) is beyond the paper. Data: Larochelle & Murray's
+fixed binarization in <data_dir>/binarized_mnist (scripts/download_data.py
+binarized_mnist), 50,000 train / 10,000 valid / 10,000 test. Reported: the
 bound on all 10,000 test images (nats per image, one posterior sample each).
 
-Command (paper setting, one run each):
+Command (one run; all variants and Figure 4 are one reproduce.py command):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/draw.py --workdir runs/draw_ln --config.norm=layer_c
-  (and --workdir runs/draw_base --config.norm=none)
-All variants and Figure 4: python scripts/reproduce.py fig4 [--preset cpu] [--results_dir results]
-Presets: ``:paper`` (default; 64 glimpses, 256 units, z 100, batch 128, 200
-epochs), ``:cpu`` (16 glimpses, 128 units, z 32, 20 epochs: LN against the
-baseline on a CPU), ``:smoke`` (one tiny epoch on 1,000 images, for tests).
-Runtime on the 2-core CPU, idle (a loaded machine is up to ~2x slower):
-  paper: ~205 training images/s, so ~4 min of training and ~0.5 min of
-         evaluation an epoch: ~16 h for 200 epochs per run (~32 h for LN and
-         the baseline). One GPU: not measured; the 64-step scan of small
-         matmuls is latency-bound, expect well under a minute an epoch.
-  cpu:   970-1,220 training images/s idle: 15-19 min a run, evaluation
-         included. After 20 epochs (results/fig4_cpu/results.md): test bound
-         103.3 nats with layer_c, 107.3 for the baseline; layer collapses to
-         205.9 (the mean image).
-  smoke: 25-60 s, most of it compiling.
-  These rates were measured under glibc's default allocator. The runner keeps
-  the memory it frees, which trained 1.37-1.56x (paper) and 1.27-1.48x (cpu)
-  faster side by side, so expect shorter runs (BENCHMARKS.md, "DRAW training").
-Paper's result (Figure 4 and text): test bound 82.09 nats with layer norm and
-82.36 for the baseline after 200 epochs, layer norm converging about twice as
-fast; DRAW's own paper: <= 80.97 nats. See results/ for our runs.
+  python scripts/reproduce.py fig4 [--preset cpu] [--results_dir results]
+Presets, and their runtime on the 2-core CPU, idle (BENCHMARKS.md, "DRAW"):
+  ``:paper`` (default): 64 glimpses, 256 units, z 100, batch 128, 200 epochs;
+    ~205 images/s, ~4.5 min an epoch with its evaluation: ~16 h a run. A GPU
+    run (the 64-step scan of small matmuls is latency-bound).
+  ``:cpu``: 16 glimpses, 128 units, z 32, 20 epochs: LN against the baseline
+    on a CPU; 970-1,220 images/s, 15-19 min a run.
+  ``:smoke``: one tiny epoch on 1,000 images, for tests; 25-60 s, mostly
+    compiling.
+Results: results/fig4_cpu/results.md.
 """
 
 import ml_collections

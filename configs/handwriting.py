@@ -6,44 +6,24 @@ bivariate Gaussians and an end-of-stroke Bernoulli (3.65M weights), trained
 with Adam, batch 8, sequences of 500 pen points. ``norm=layer`` is the
 LN-LSTM (eqs. 20-22) in every layer, ``norm=none`` the baseline,
 ``norm=layer_c`` (LN on c_t only) an extra. Data: IAM-OnDB's lineStrokes and
-ascii archives in ``<data_dir>/iam_ondb/`` (lnorm/data/iam_ondb.py; research use
-only: never commit them). Reported: NLL in nats per line (summed over its
-points) and per point, on the validation and test splits.
+ascii archives in ``<data_dir>/iam_ondb/`` (research use only: never commit
+them). Reported: NLL in nats per line and per point, of offsets divided by the
+training std (42.2, 37.1 pen units), on a split by form hash: not Graves' -1096.9
+(in pen units a line of N points has an NLL N ln(42.2 x 37.1) = 7.36 N higher).
 
-Command (one run each):
+Command (one run; both norms and Figure 5 are one reproduce.py command):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/handwriting.py:cpu --workdir runs/hw_layer --config.norm=layer
-  (and --workdir runs/hw_none --config.norm=none)
-Both and Figure 5: python scripts/reproduce.py fig5 [--preset paper|cpu|smoke]
-Presets: ``:paper`` (default; the paper's model and batch, for a GPU),
-``:cpu`` (128 units, 10 mixtures, 300-point sequences, 5 epochs = 6,055
-updates, evaluated on 256 whole validation and test lines every 500: LN
-against the baseline on this 2-core CPU; resumable across sessions),
-``:smoke`` (a tiny model, 40 lines, 10 updates, for CI).
-Runtime: `python -m scripts.bench.handwriting --shapes cpu,paper --repeats 5`
-times the training step alone (forward, backward, Adam), median of 5
-alternating repeats, on the 2-core CPU with three other jobs on it
-(BENCHMARKS.md, "Recurrent experiments' training steps"):
-  paper: 4.5 s an update with norm=none, 4.8 s with layer: 20 epochs (24,220
-         updates) would take about 30-32 h a run on this CPU. A GPU: not
-         measured.
-  cpu:   0.54 s an update either way in that benchmark; the six runs of
-         `reproduce.py fig5 --preset cpu --seeds 3 --jobs 2`, two at a time on
-         the otherwise idle 2 cores, took 35-40 min each, about 2 h in all
-         (0.28 and 0.33 s an update, none and layer, in the training loop).
-  smoke: 4-6 min a run on the loaded machine (1.3-2.2 s an update; ~70-90 s
-         compiling; loading the data: parsing the 12,195 XML files the first
-         time, ~2 min, then a few seconds from the cache).
-Expected result, the paper's claim (Figure 5): layer norm reaches a comparable
-final NLL, much faster. Graves reports -1096.9 nats per line on his validation
-set (IAM-OnDB-t1 testset_v) for this network, with no normalisation of his
-offsets stated beside it; our NLLs are of offsets divided by the training
-std (42.2 and 37.1 pen units), on a split by form hash, so they are not the
-same numbers: a line of N rows in pen units has an NLL N * ln(42.2 * 37.1) =
-7.36 N nats higher. Ours at :cpu (results/fig5_cpu/, 3 seeds): final
-validation NLL -891.6 +- 17.8 (none) and -929.1 +- 8.5 (layer); layer norm
-ahead at 16-17 of 17 evaluations and 9-26% sooner to its seed's baseline
-final value, in each of the 3 seeds.
+  python scripts/reproduce.py fig5 [--preset cpu] [--seeds 3 --jobs 2]
+Presets, and their runtime on the 2-core CPU (BENCHMARKS.md):
+  ``:paper`` (default): the paper's model and batch, 20 epochs (24,220
+    updates); 4.5-4.8 s an update: ~30 h a run. A GPU run.
+  ``:cpu``: 128 units, 10 mixtures, 300-point sequences, 5 epochs (6,055
+    updates), 256 whole validation and test lines every 500: 35-40 min a run
+    two at a time; ``--seeds 3 --jobs 2`` about 2 h.
+  ``:smoke``: a tiny model, 40 lines, 10 updates, for tests; a few minutes
+    (parsing the XML files the first time takes ~2 min more).
+Results: results/fig5_cpu/results.md.
 """
 
 import ml_collections

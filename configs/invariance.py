@@ -2,22 +2,19 @@ r"""Table 1 of the paper (section 5.1): invariance under weights and data re-sca
 
 Builds random layers with each normalization, applies the six transformations
 of Table 1, and measures the largest relative change of the normalized summed
-inputs (and, for the recurrent cells, of the hidden-state sequence).
+inputs (and, for the recurrent cells, of the hidden-state sequence). The
+eps-dependent invariances need the summed inputs' variance to dwarf eps: the
+output repeats the table at small_data_scale, where they fail, and with eps
+scaled down to match. Data: none (random inputs).
 
 Command:
   python -m experiments.main --config configs/invariance.py --workdir runs/table1
-Writes runs/table1/table1.md. Runtime: ~30 s on a 2-core CPU (paper preset),
-a few seconds on one GPU; `:cpu` and `:smoke` are smaller.
-
-Expected (the paper's Table 1; columns: weight matrix re-scaling, weight
-matrix re-centering, weight vector re-scaling, dataset re-scaling, dataset
-re-centering, single training case re-scaling):
-  Batch norm   Invariant No        Invariant Invariant Invariant No
-  Weight norm  Invariant No        Invariant No        No        No
-  Layer norm   Invariant Invariant No        Invariant No        Invariant
-at data_scale 1 and eps 1e-5. The eps-dependent invariances need the summed
-inputs' variance to dwarf eps: the output repeats the table at
-small_data_scale, where they fail, and with eps scaled down to match.
+  python scripts/reproduce.py table1 [--preset cpu|smoke]
+Writes <workdir>/table1.md.
+Presets, and their runtime: ``:paper`` (default; 20 random layers a cell):
+~30 s on the 2-core CPU; ``:cpu`` (5 a cell) and ``:smoke`` (2 a cell, smaller
+batches and sequences, for tests): a few seconds.
+The paper's Table 1 and ours: results/table1/results.md.
 """
 
 import ml_collections

@@ -1,59 +1,31 @@
 r"""Order embeddings for image-caption retrieval (paper section 6.1, Table 2, Figure 1).
 
-Vendrov et al.'s (2016) order embeddings: captions through word embeddings
-and a GRU, images through one linear map of precomputed CNN features, both
-L2-normalised into the non-negative orthant; the order-violation penalty and
-a contrastive hinge loss (margin 0.05) over the other pairs of the batch,
-both directions; each gradient tensor clipped to norm 2 on its own, Adam at
-1e-3, batch 128 (lnorm/order_embeddings.py, experiments/order_embeddings.py).
+Vendrov et al.'s (2016) order embeddings: captions through word embeddings and
+a GRU, images through one linear map of precomputed CNN features, both
+L2-normalised into the non-negative orthant; the order-violation penalty and a
+contrastive hinge loss over the batch's other pairs, both directions; each
+gradient tensor clipped on its own, Adam (lnorm/order_embeddings.py).
 ``norm=layer`` makes the sentence encoder an LN-GRU (eqs. 26-28); ``none`` is
 the baseline. Dev and test retrieval (R@1, R@5, R@10, mean and median rank,
-both directions) are evaluated every ``eval_every_steps`` updates.
-
-Data: Vendrov's layout in ``features_dir`` ({train,dev,test}_ims.npy and
-_caps.txt, 5 captions an image; ``prefix`` 'coco_' for Vendrov's own COCO
-files). COCO cannot be had here: the default is the Flickr8k-1k stand-in
-(1,000 Flickr8k images with the official split lists: 762 train, 113 dev,
-125 test), its features made once by
+both directions) every ``eval_every_steps`` updates. Data: Vendrov's layout in
+``features_dir``. COCO cannot be had here: the default is the Flickr8k-1k
+stand-in (1,000 images, official splits: 762 train, 113 dev, 125 test), its
+EfficientNet-Lite0 features made once (about 8 min) by
   LNORM_DATA_DIR=../shared/data python scripts/extract_flickr8k_features.py
-(EfficientNet-Lite0, the 1280-d global average pool, 10 crops averaged;
-about 8 min here) into ~/.cache/lnorm/flickr8k_1k_features.
 
-Command (one run each):
+Command (one run; both norms, Table 2 and Figure 1 are one reproduce.py command):
   python -m experiments.main --config configs/order_embeddings.py:cpu \
       --workdir runs/oe_ln --config.norm=layer
-  (and --workdir runs/oe_base --config.norm=none)
-Both norms, 3 seeds, Table 2 and Figure 1:
-  python scripts/reproduce.py table2 --preset cpu --seeds 3 [--results_dir results]
-Presets:
-  ``:paper`` (default): Vendrov's COCO setting: GRU 1024, words 300, batch
-    128, Adam 1e-3, per-tensor clip 2, 100 passes over the images (Vendrov's
-    driver.py), evaluated every 300 updates (their validFreq). Point
-    ``features_dir`` at Vendrov's COCO files (``--config.prefix=coco_``).
-  ``:cpu``: the paper's model and optimiser on the Flickr8k-1k stand-in: 200
-    passes over its 762 training images (5 updates a pass, 1,000 updates),
-    dev and test evaluated every 10 updates. The model fits the 762 images
-    within ~150 updates (training loss 500 -> 15), where dev recall peaks.
-  ``:smoke``: a tiny model, 20 updates on the first 256 images, for tests.
-Runtime, this 2-core CPU, shared with a niced background training job
-(handwriting) throughout every measurement:
-  paper: not measured here (COCO and a GPU).
-  cpu:   1.07-1.2 s an update for either norm with the machine to itself (the
-         handwriting job stopped; LN-GRU / GRU = 1.04 side by side,
-         scripts/bench/order_embeddings.py), and ~3.3 s an evaluation with
-         its checkpoint: 200 updates took 5m03s (layer, quiet) and 10m18s
-         (none, beside other tests, 1.1-3.9 s an update). So one run of
-         1,000 updates and 100 evaluations: ~24 min on a quiet machine,
-         ~45-50 min shared; 3 seeds x 2 norms: ~2.5 h quiet, ~5 h shared,
-         one at a time (--jobs 2 puts two side by side, a core each).
-  smoke: under a minute, most of it compiling.
-Paper's result (Table 2, COCO 1k test images, R@1 / R@5 / R@10 / mean r):
-  OE (Vendrov et al.):  caption 46.6 / 79.3 / 89.1 / 5.2, image 37.8 / 73.6 / 85.7 / 7.9
-  OE + LN:              caption 48.5 / 80.6 / 89.8 / 5.1, image 38.9 / 74.3 / 86.3 / 7.6
-and Figure 1: with layer norm, validation recall rises faster and ends higher.
-On the stand-in (a 125-image test pool, 762 training images) the absolute
-numbers are not comparable with COCO's; the comparison of the two norms is
-what can be checked. Ours: results/table2_cpu/results.md.
+  python scripts/reproduce.py table2 --preset cpu [--seeds 3] [--results_dir results]
+Presets, and their runtime on the 2-core CPU:
+  ``:paper`` (default): Vendrov's COCO setting (GRU 1024, words 300, batch 128,
+    100 passes, evaluated every 300 updates); point ``features_dir`` at their
+    files (``--config.prefix=coco_``). A GPU run; not measured.
+  ``:cpu``: the paper's model on the stand-in, 1,000 updates (200 passes over
+    its 762 images), evaluated every 10: 1.1-1.2 s an update and ~3.3 s an
+    evaluation, ~24 min a run idle, ~45-50 min beside another job.
+  ``:smoke``: a tiny model, 20 updates on 256 images, for tests; under a minute.
+Results: results/table2_cpu/results.md.
 """
 
 import ml_collections

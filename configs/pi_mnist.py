@@ -1,27 +1,27 @@
 r"""Permutation-invariant MNIST (paper section 6.6, Figure 6).
 
 A 784-1000-1000-10 ReLU MLP trained with Adam. ``norm=layer`` normalizes the
-two hidden layers; ``norm=batch`` normalizes all three layers (batch
-statistics in training, running averages at test time); ``norm=none`` is the
-baseline. 55,000 training images, the last 5,000 of the training file for
-validation, the 10,000 test images for the reported error.
+two hidden layers; ``norm=batch`` all three layers (batch statistics in
+training, running averages at test time); ``norm=none`` is the baseline.
+55,000 training images, the last 5,000 of the training file for validation,
+the 10,000 test images for the reported error. Data: <data_dir>/mnist
+(scripts/download_data.py mnist).
 
-Command (paper setting, one run):
+Command (one run; Figure 6 with its 3 seeds is one reproduce.py command):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/pi_mnist.py --workdir runs/pi_mnist_ln --config.norm=layer
-Presets: ``:paper`` (default; 60 epochs), ``:cpu`` (10 epochs), ``:smoke``
-(one short epoch of a small MLP on 2,000 images, for tests and CI).
-Runtime on the 2-core CPU, idle (one epoch of training; evaluation adds ~1 s;
-BENCHMARKS.md): 3.5-5.0 s at batch 128 and 28-42 s at batch 4 (batch norm the
-slowest), so ~5 min (batch 128) and 30-40 min (batch 4) for the 60 epochs of a
-paper run; pinned to one core beside another run, 47-58 min at batch 4. One
-GPU: not measured.
-Paper's result (Figure 6, read off the plot): test error ~1.5-2% for layer
-norm and batch norm at batch size 128; at batch size 4 layer norm stays near
-its batch-128 curve while batch norm degrades. Ours (`python scripts/reproduce.py
-fig6 --seeds 3`, results/fig6/results.md, mean of seeds 0-2): final test error
-1.52% / 1.44% / 1.29% (none / layer / batch) at batch 128, 1.65% / 1.96% /
-2.22% at batch 4.
+  python scripts/reproduce.py fig6 [--preset cpu] [--seeds 3] [--jobs 2]
+Presets, and their runtime on the 2-core CPU, idle (BENCHMARKS.md):
+  ``:paper`` (default): 60 epochs at batch 128 or 4 (the paper's). An epoch
+    takes 3.5-5.0 s at batch 128 and 28-42 s at batch 4 (batch norm the
+    slowest), plus ~1 s of evaluation: ~5 min (batch 128) and 30-40 min
+    (batch 4) a run.
+  ``:cpu``: the same model for 10 epochs: under 1 min idle at batch 128 (~2 min
+    with another job beside it), 5-7 min at batch 4.
+  ``:smoke``: two short epochs of a 64-64 MLP on 2,000 images, for tests; seconds.
+The learning rates are searched (LEARNING_RATES below; scripts/reproduce.py
+fig6_lr). Results: results/fig6/results.md (paper preset, 3 seeds),
+results/fig6_cpu/results.md, results/fig6_lr/results.md.
 """
 
 import ml_collections

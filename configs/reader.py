@@ -1,75 +1,31 @@
 r"""Question answering with the attentive reader (paper section 6.2, Figure 2).
 
 The unidirectional attentive reader of Hermann et al. (2015) as Cooijmans et
-al. (2016) ran it (lnorm/reader.py), trained with Adam on cloze questions:
-the answer is one of the anonymised entities of the passage. Variants, as in
-Figure 2: LSTM (norm=none), BN-LSTM (norm=batch), BN-everywhere (norm=batch,
-bn_everywhere=True), LN-LSTM (norm=layer), and LN with its gains initialised
-at 0.1 (ln_gain_init=0.1). Reported: validation error every eval_every_steps
-updates, and the test error at the step of the best validation error.
-
-Data: DeepMind's CNN corpus cannot be had here. The presets read a stand-in
-that ``scripts/make_cloze.py`` builds from the real news (and books) into
-``<data_dir>/<questions_dir>/cnn/questions/`` (data_dir: '' = $LNORM_DATA_DIR,
-else ~/.cache/lnorm/data, as for every experiment):
+al. (2016) ran it (lnorm/reader.py), trained with Adam on cloze questions.
+Variants, as in Figure 2: LSTM (norm=none), BN-LSTM (norm=batch),
+BN-everywhere (bn_everywhere=True), LN-LSTM (norm=layer), and LN with its
+gains at 0.1 (ln_gain_init=0.1). Reported: validation error every
+eval_every_steps updates, and the test error at the best validation error.
+Data: DeepMind's CNN corpus cannot be had here; each preset reads a stand-in
+that scripts/make_cloze.py builds into <data_dir>/<questions_dir>/cnn/questions/:
   python scripts/make_cloze.py --standin cnn_standin     # paper preset
-  python scripts/make_cloze.py --out <data_dir>/news_standin --news \
-      --text_dir ../shared/data/text                     # cpu preset (~17 min)
+  python scripts/make_cloze.py --standin news_standin    # cpu preset (~17 min)
   python scripts/make_cloze.py --standin cnn_standin_4   # smoke preset
-``news_standin``: cloze questions from the news of Reuters-21578, BBC News and
-NLTK's ABC news, entities found by spaCy's en_core_web_sm (hand precision
-93/100, results/cloze_ner/), mentions merged per article, entity ids permuted
-per question: 14,582 / 1,825 / 1,863 questions, every passage <= 250 tokens
-(results/reader_news/). ``cnn_standin``: ABC news cloze questions over
-4-sentence passages, plus Children's-Book-Test style questions from Gutenberg
-prose with 20-sentence contexts (about 24,000 training questions);
-``cnn_standin_4``: the books' contexts cut to 4 sentences too
-(``--context_sentences 4``: 14,175 / 1,102 / 1,935 questions). The smoke
-preset still reads ``cnn_standin_4``: CI can build that one quickly, the news
-one (spaCy over all the news) it cannot. With the real corpus, set data_dir to
-the folder holding cnn/questions/, questions_dir='' and passage_sentences=4
-(the paper's setting).
+(the news one: results/reader_news/README.md; the others: make_cloze.py). With the real corpus: data_dir
+the folder holding cnn/questions/, questions_dir='' and passage_sentences=4.
 
-Command (one run):
+Command (one run; all of Figure 2 is one reproduce.py command):
   python -m experiments.main --config configs/reader.py:cpu --workdir runs/reader_ln \
       --config.norm=layer
-All of Figure 2, its five runs and BN with bn_gain_init=1.0:
   python scripts/reproduce.py fig2 [--preset cpu] [--seeds 3 --jobs 2]
-(with --seeds N, LSTM, BN-LSTM and LN-LSTM run N seeds, the other three once).
-Presets: ``:paper`` (the authors' setting: 240 units, Adam at 8e-5, batch 64;
-a GPU run), ``:cpu`` (smaller and shorter: the comparison on this CPU),
-``:smoke`` (a few updates on a few hundred questions, for tests).
-Runtime: seconds per update at batch 64 (64 / examples_per_sec of a 1-epoch run
-with --config.num_train=640 --config.num_eval=64, compile excluded), on the
-2-core CPU while other jobs loaded it; few updates each, so rough:
-  paper: LN-LSTM 11 s/update (passages up to 800 tokens). A GPU run; not
-         measured on one.
-  cpu:   20 epochs of 227 updates (4,540). Batches of similar length, cut
-         short (sort_batches, length_buckets) take about half the time of
-         padded ones (BENCHMARKS.md, "The attentive reader"). Measured on
-         news_standin, each run on one of the 2 cores beside another run
-         (results/reader_news/): LN-LSTM 826 s of training for 4,540 updates,
-         the LSTM 723 s for its first 4,540 (and 620 s for 4,520 on half the
-         questions), plus compiling (minutes then; 346 s -> 36 s loaded since
-         the loop's power-of-two calls, 02981b5). BN-LSTM and BN-everywhere
-         are not measured there (on cnn_standin_4 about twice the LSTM's time
-         an update). ``--seeds 3``: 3 seeds of LSTM, BN-LSTM and LN-LSTM and
-         one of the 3 others, 12 runs: expected (not measured) about
-         12 x 15 min / 2 jobs, 1.5 h at --jobs 2; nearer 2 h if the 5 BN runs
-         take twice as long.
-  smoke: 1-2 minutes, most of it compiling.
-Paper's result (Figure 2): LN-LSTM reaches a lower validation error sooner
-than the LSTM and both BN variants; LN with gain 1.0 does much better than
-with 0.1. Cooijmans et al.: BN-LSTM and BN-everywhere train faster than the
-LSTM. Ours (results/fig2_cpu/, the earlier cpu preset: cnn_standin_4, 60 epochs,
-passages <= 300 tokens; one seed each): every variant's best validation error
-lies within 0.644-0.653 and none beats the word-count baseline (0.606), so
-that stand-in cannot answer the claim; why, and the presets before it:
-results/README.md, "Figure 2". On the news cloze, this cpu preset's setting
-(40 epochs for the LSTM) reaches 0.553 validation error in 9,080 updates
-(26 min of training beside another run, ~9 min compiling), short of the
-exclusive-frequency baseline's 0.467: it overfits the 14,582 questions
-(results/reader_news/).
+Presets, and their runtime on the 2-core CPU (BENCHMARKS.md):
+  ``:paper`` (default): the authors' setting (240 units, Adam 8e-5, batch 64,
+    50 epochs); ~11 s an update for LN-LSTM here. A GPU run.
+  ``:cpu``: 64 units, Adam 1e-3, 20 epochs (4,540 updates) of news_standin:
+    12-14 min of training a run beside another run, plus compiling; ``--seeds
+    3 --jobs 2`` (12 runs) about 1.5-2 h.
+  ``:smoke``: a few updates on 400 questions, for tests; 1-2 min.
+Results: results/fig2_cpu/results.md.
 """
 
 import ml_collections

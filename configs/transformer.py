@@ -1,54 +1,30 @@
-r"""A byte-level Transformer language model: where the norm goes, and at what
-precision (beyond the paper; issue 36).
+r"""A byte-level Transformer LM: where the norm goes, at what precision (beyond the paper).
 
 A decoder-only Transformer (lnorm/transformer.py) over bytes, reported in bits
-per character (bits per byte). ``norm_position`` = post (Vaswani et al. 2017),
-pre (Xiong et al. 2020), peri (Kim et al. 2025), deepnorm (Wang et al. 2022)
-or none, ``norm`` = layer | rms (Zhang & Sennrich 2019) | none, ``qk_norm``
-on or off; Adam with an optional linear learning-rate warm-up. Data: the 99
-Gutenberg novels of ``<data_dir>/text/novels`` split by whole books (5
-validation, 5 test books; lnorm/data/bytes_lm.py), or enwik8's 90M / 5M / 5M
-split with ``data_source=enwik8`` where the file is present. results.md says
-which the numbers come from.
+per byte. ``norm_position`` = post (Vaswani et al. 2017), pre (Xiong et al.
+2020), peri (Kim et al. 2025), deepnorm (Wang et al. 2022) or none; ``norm`` =
+layer | rms (Zhang & Sennrich 2019) | none; ``qk_norm``; Adam with an optional
+linear warm-up. Claims tested (scripts/paper/transformer.py): post-LN needs the
+warm-up, pre-LN does not, and their gradient norms by layer at initialisation
+(Xiong et al.); RMSNorm as good in less time (Zhang & Sennrich); the paper's
+fewer updates with a norm than without. Data: the 99 Gutenberg novels of
+<data_dir>/text/novels/novels.tar.gz split by whole books (5 validation, 5 test;
+lnorm/data/bytes_lm.py), or enwik8 with ``data_source=enwik8``.
 
-Claims tested (scripts/paper/transformer.py, results/transformer_cpu/):
-  1. Xiong et al. 2020: post-LN needs the warm-up (without it, it trains worse
-     or diverges at the larger learning rate), pre-LN does not; at
-     initialisation post-LN's gradient norms grow toward the output layers,
-     pre-LN's stay flat (their Figure 3). grad_norms.json in each workdir holds
-     each layer's gradient norm at step 0 and after training.
-  2. Zhang & Sennrich 2019: RMSNorm reaches LayerNorm's quality in less time:
-     the wall-clock step of each norm against none's, the norm's share of it.
-  3. The paper's own claim carried over: the normalized models reach a given
-     validation bpc in fewer updates than the unnormalized one.
-
-Command (one run; the grid of the study is one reproduce.py command):
+Command (one run; the study's grid is one reproduce.py command):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/transformer.py:cpu --workdir runs/tf_post --config.norm_position=post
-  python scripts/reproduce.py transformer --preset cpu --seeds 2 [--jobs 2] [--results_dir results]
-Presets:
-  ``:cpu`` (the default): 12 layers of width 64 (4 heads, d_ff 256), windows
-    of 64 bytes, batch 32, pre-LN, Adam 1e-3 after a 200-update linear warm-up,
-    then constant, 2,000 updates, validation bpc every 100 on 512 fixed windows
-    (32,768 bytes). The shallow model of the study: ``--config.num_layers=2``.
-  ``:paper``: a Xiong et al.-like size for a GPU: 12 layers of 512 (8 heads,
-    d_ff 2048), windows of 256, batch 64, Adam 5e-4, 4,000 warm-up updates,
-    100,000 updates. Not run here.
-  ``:smoke``: 3 layers of 32, windows of 16, 20 updates, for tests.
-Runtime on the 2-core CPU, idle (``python -m scripts.bench.transformer
---repeats 7``, BENCHMARKS.md; samples range +-20%): 12 layers post-LN 0.355 s an
-update, pre-LN 0.320, pre-RMSNorm 0.295, none 0.269, pre-LN bfloat16 0.282;
-2 layers 0.055-0.062 s. The study at ``--jobs 2``: one seed's 15 runs of 2,000
-updates in 62 min (seed 1, two runs sharing the cores); both seeds ~2 h.
-smoke: ~20 s, most of it compiling.
-Expected result (results/transformer_cpu, 2 seeds; no published number at
-this size): final validation bpc at 12 layers, lr 1e-3, warm-up / none:
-post-LN 2.80 / 4.53 (stalled from the first evaluation), pre-LN 2.59 / 2.57,
-pre-RMSNorm 2.59 / 2.57, none 2.57 / 2.54; at lr 2.5e-4 without warm-up post-LN
-3.04, pre-LN 2.90; 2 layers with warm-up: post-LN 2.72, pre-LN 2.73,
-pre-RMSNorm 2.73, none 2.78; pre-LN in bfloat16 2.59. At step 0 W^2's gradient
-norm, last block over first, is 1.3-1.8x with post-LN and 0.46-0.47x with
-pre-LN.
+  python scripts/reproduce.py transformer --preset cpu [--seeds 2 --jobs 2]
+Presets, and their runtime on the 2-core CPU, idle (BENCHMARKS.md):
+  ``:cpu`` (default): 12 layers of width 64 (4 heads, d_ff 256), windows of 64
+    bytes, batch 32, Adam 1e-3 after 200 warm-up updates, 2,000 updates,
+    validation every 100 on 512 windows; 0.27-0.36 s an update at 12 layers,
+    0.06 s at 2 (``--config.num_layers=2``, the study's shallow model): ~11
+    min of updates a 12-layer run; the study at ``--jobs 2`` about 1 h a seed.
+  ``:paper``: 12 layers of 512 (8 heads, d_ff 2048), windows of 256, batch 64,
+    Adam 5e-4, 4,000 warm-up updates, 100,000 updates. A GPU run; not run here.
+  ``:smoke``: 3 layers of 32, windows of 16, 20 updates, for tests; ~20 s.
+Results: results/transformer_cpu/results.md.
 """
 
 import ml_collections

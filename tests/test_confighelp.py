@@ -3,6 +3,7 @@ every config, under every preset, shows the comment of its own declaration,
 read here from the source's lines by a regular expression, not by the ast walk
 --help uses."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -96,3 +97,16 @@ def test_a_comment_above_a_preset_line_setting_several_fields_is_none_of_theirs(
   assert rows["z"].endswith("[a: 3] z's meaning, continued (b: z for b)")
   assert _declared(source) == {"x": "x's meaning", "y": "y's meaning",
                                "z": "z's meaning, continued"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_config_docstring_is_short_and_links_results_that_exist(path):
+  """At most 30 lines (issue 61): the section, the command, the presets with
+  their runtime, and where the results are (which must exist)."""
+  doc = ast.get_docstring(ast.parse(path.read_text()))
+  assert len(doc.splitlines()) <= 30, len(doc.splitlines())
+  assert "python " in doc and "Presets" in doc
+  linked = re.findall(r"results/[\w/]+results\.md", doc)
+  assert linked, "no results/<target>/results.md"
+  for link in linked:
+    assert (confighelp.CONFIGS.parent / link).is_file(), link
