@@ -9,8 +9,10 @@ its place as switches (beyond the paper: where layer norm is used most).
     deepnorm (Wang et al. 2022):    x = N(alpha x + F(x))
     none:                           x = x + F(x)
 
-and ``norm`` the N: ``layer`` (``normalization.layer_norm``, gain and bias),
-``rms`` (``normalization.rms_norm``, gain only, as Zhang & Sennrich 2019) or
+and ``norm`` the N: any norm of a sublayer in the registry (``accepted()``,
+lnorm/norms.py), e.g. ``layer`` (``normalization.layer_norm``, gain and
+bias), ``rms`` (``normalization.rms_norm``, gain only, as Zhang & Sennrich
+2019), ``dyt``, ``derf``, ``scale``, ``group``, a norm of your own, or
 ``none``; every N has its own parameters. Pre- and peri-norm stacks end with
 one more N before the output layer (the residual stream is never normalized
 otherwise); post- and deepnorm stacks already end in one. Peri-LN also
@@ -68,12 +70,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from lnorm import norms
-from lnorm import normalization as N
+from lnorm.layers import Normalize
 
 Array = jax.Array
 
-# The norms ``Norm`` makes (the one place that dispatches on the name).
-NORMS = ("none", "layer", "rms")
+
+
+def accepted() -> tuple[str, ...]:
+  """The norms of a sublayer (``norms.SUBLAYER``) that need no host of their
+  own: no running statistics (batch norm), no kernel (weight norm)."""
+  return norms.names(norms.SUBLAYER, running_stats=False, kernel=False)
+
 NORM_POSITIONS = ("post", "pre", "peri", "deepnorm", "none")
 POSITIONS = ("learned", "sinusoidal")
 DTYPES = ("float32", "bfloat16")
@@ -147,18 +154,18 @@ def check_config(*, norm: object = "layer", norm_position: object = "pre",
                  qk_norm: object = False, scaled_residual_init: object = False) -> None:
   """Every check of a model's fields (and, with ``seq_len``, of its windows),
   for a config's ``validate``; the model runs the same ones when built."""
-  norms.check(norm, NORMS)
+  nm = norms.accept(norm, norms.SUBLAYER, running_stats=False, kernel=False)
   check_norm_position(norm_position)
   if not isinstance(qk_norm, (bool, np.bool_)):
     raise ValueError(f"qk_norm={qk_norm!r} is not valid; it must be True or False")
-  if norm_position == "none" and norm != "none" and not qk_norm:
+  if norm_position == "none" and not nm.identity and not qk_norm:
     raise ValueError(f"norm_position='none' has no norm; it takes norm='none', "
                      f"not {norm!r} (or qk_norm=True, to normalize queries and keys alone)")
-  if qk_norm and norm == "none":
+  if qk_norm and nm.identity:
     raise ValueError("qk_norm=True normalizes queries and keys with the norm, and "
-                     f"norm='none' is none; choose one of: "
-                     f"{', '.join(n for n in NORMS if n != 'none')}")
-  if norm_position == "deepnorm" and norm == "none":
+                     f"norm={norm!r} is none; choose one of: "
+                     f"{', '.join(n for n in accepted() if not norms.get(n).identity)}")
+  if norm_position == "deepnorm" and nm.identity:
     raise ValueError("norm_position='deepnorm' is post-norm with a scaled residual; it "
                      "needs a norm, not norm='none'")
   if norm_position == "deepnorm" and scaled_residual_init:
@@ -197,23 +204,12 @@ def sinusoids(max_len: int, d_model: int) -> np.ndarray:
   return t.astype(np.float32)
 
 
-class Norm(nn.Module):
-  """A norm named ``norm`` over the features (last axis), with its own
-  parameters: ``layer`` (gain, bias) or ``rms`` (gain), through the library's
-  primitives: float32 statistics, output in x's dtype. Every norm of the
-  model (blocks, final, embeddings, queries and keys) is made here, so this
-  is the one place that turns a norm's name into a function."""
-  norm: str
-  eps: float = 1e-5
-
-  @nn.compact
-  def __call__(self, x_BxTxD: Array) -> Array:
-    D = x_BxTxD.shape[-1]
-    g_D = self.param("gain", nn.initializers.ones, (D,), jnp.float32)
-    if self.norm == "rms":
-      return N.rms_norm(x_BxTxD, g_D, eps=self.eps)
-    b_D = self.param("bias", nn.initializers.zeros, (D,), jnp.float32)
-    return N.layer_norm(x_BxTxD, g_D, b_D, eps=self.eps)
+# Every norm of the model (blocks, final, embeddings, queries and keys) is a
+# ``Normalize(norm, eps)`` over the features (last axis): the registry's
+# definition (lnorm/norms.py) makes its parameters ("gain", and "bias" where
+# the norm has one: layer's gain and bias, rms's gain) and applies it, float32
+# statistics, output in x's dtype.
+Norm = Normalize
 
 
 def _dense(features: int, dtype, name: str, scale: float = 1.0) -> nn.Dense:
@@ -222,6 +218,23 @@ def _dense(features: int, dtype, name: str, scale: float = 1.0) -> nn.Dense:
     init = lambda key, shape, dt, f=init: f(key, shape, dt) * scale
   return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32, kernel_init=init,
                   name=name)
+
+
+class _DenseParams(nn.Module):
+  """A Dense layer's parameters as ``_dense`` makes them (``kernel`` (I, F),
+  Xavier times ``scale``, then ``bias`` (F,), zeros: the same names, init and
+  order, so the same values), returned rather than applied."""
+  features: int
+  scale: float = 1.0
+
+  @nn.compact
+  def __call__(self, in_features: int) -> tuple[Array, Array]:
+    init = nn.initializers.xavier_uniform()
+    kernel_IxF = self.param("kernel", lambda key, shape, dt: init(key, shape, dt) * self.scale
+                            if self.scale != 1.0 else init(key, shape, dt),
+                            (in_features, self.features), jnp.float32)
+    bias_F = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
+    return kernel_IxF, bias_F
 
 
 class CausalSelfAttention(nn.Module):
@@ -236,21 +249,30 @@ class CausalSelfAttention(nn.Module):
   def __call__(self, x_BxTxD: Array) -> Array:
     B, T, D = x_BxTxD.shape
     H = self.num_heads
+    # W^Q, W^K, W^V are three Dense layers' parameters, applied as one (D, 3D)
+    # matmul: on a CPU one wider matmul runs faster than three (issue 60).
+    w = [_DenseParams(D, scale, name=n)(D) for n, scale in
+         (("query", 1.0), ("key", 1.0), ("value", self.value_scale))]
+    x, w_Dx3D, b_3D = nn.dtypes.promote_dtype(
+        x_BxTxD, jnp.concatenate([k for k, _ in w], 1), jnp.concatenate([b for _, b in w]),
+        dtype=self.dtype)
+    qkv_BxTx3D = jax.lax.dot_general(x, w_Dx3D, (((2,), (0,)), ((), ()))) + b_3D
     split = lambda y: y.reshape(B, T, H, D // H)
-    q_BxTxHxK = split(_dense(D, self.dtype, "query")(x_BxTxD))
-    k_BxTxHxK = split(_dense(D, self.dtype, "key")(x_BxTxD))
-    v_BxTxHxK = split(_dense(D, self.dtype, "value", self.value_scale)(x_BxTxD))
-    if self.qk_norm != "none":  # over each head's K features, gains shared by the heads
+    q_BxTxHxK, k_BxTxHxK, v_BxTxHxK = (split(y) for y in jnp.split(qkv_BxTx3D, 3, axis=-1))
+    if not norms.get(self.qk_norm).identity:  # over each head's K features, gains shared by the heads
       q_BxTxHxK = Norm(self.qk_norm, self.eps, name="query_norm")(q_BxTxHxK)
       k_BxTxHxK = Norm(self.qk_norm, self.eps, name="key_norm")(k_BxTxHxK)
     q_BxTxHxK = q_BxTxHxK * jnp.asarray(1 / math.sqrt(D // H), self.dtype)
-    s_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxTxHxK)
+    # Heads before time for the two batched matmuls (XLA:CPU runs them on
+    # batch-major operands; transposing once here is cheaper than its own).
+    heads = lambda y: y.transpose(0, 2, 1, 3)
+    s_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", heads(q_BxTxHxK), heads(k_BxTxHxK))
     # The softmax in float32: bfloat16's 8 bits would blur near-equal scores.
     causal_TxS = jnp.tril(jnp.ones((T, T), bool))
     s_BxHxTxS = jnp.where(causal_TxS[None, None], s_BxHxTxS.astype(jnp.float32), -1e30)
     p_BxHxTxS = jax.nn.softmax(s_BxHxTxS, axis=-1).astype(self.dtype)
-    o_BxTxHxK = jnp.einsum("bhts,bshk->bthk", p_BxHxTxS, v_BxTxHxK)
-    return _dense(D, self.dtype, "out", self.out_scale)(o_BxTxHxK.reshape(B, T, D))
+    o_BxHxTxK = jnp.einsum("bhts,bhsk->bhtk", p_BxHxTxS, heads(v_BxTxHxK))
+    return _dense(D, self.dtype, "out", self.out_scale)(heads(o_BxHxTxK).reshape(B, T, D))
 
 
 class MLP(nn.Module):
@@ -287,7 +309,7 @@ class Block(nn.Module):
     mlp = MLP(self.d_ff, self.activation, self.dtype, self.out_scale, self.in_scale,
               name="mlp")
     x = x_BxTxD
-    if self.norm == "none" or self.norm_position == "none":
+    if norms.get(self.norm).identity or self.norm_position == "none":
       x = x + attn(x)
       return x + mlp(x)
     n_attn = Norm(self.norm, self.eps, name="norm_attn")
@@ -340,7 +362,7 @@ class TransformerLM(nn.Module):
   @property
   def normalized(self) -> bool:
     """Whether the blocks have norms (qk_norm aside)."""
-    return self.norm != "none" and self.norm_position != "none"
+    return not norms.get(self.norm).identity and self.norm_position != "none"
 
   @nn.compact
   def __call__(self, tokens_BxT: Array) -> Array:

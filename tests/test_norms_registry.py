@@ -392,3 +392,22 @@ def test_scale_norm_in_dense_conv_and_sublayer_matches_numpy():
   assert list(vn["params"]) == ["g"]  # no bias of its own
   np.testing.assert_allclose(np.linalg.norm(np.asarray(n.apply(vn, xs), np.float64), axis=-1),
                              np.sqrt(8), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_transformer_runs_a_norm_defined_in_a_test_file(tmp_path):
+  from lnorm.data import bytes_lm, files  # pylint: disable=g-import-not-at-top
+  from tests.test_transformer_run import _tiny_novels  # pylint: disable=g-import-not-at-top
+  pins = tmp_path / "pins.json"
+  pins.write_text(json.dumps({bytes_lm.NOVELS: files.sha256_file(_tiny_novels(tmp_path))}))
+  wd = tmp_path / "wd"
+  r = subprocess.run([sys.executable, "tests/run_with_pins.py", str(pins),
+                      "--config=configs/transformer.py:smoke", f"--workdir={wd}",
+                      f"--config.norm={USER}", "--config.qk_norm=True",
+                      "--config.num_steps=4", "--config.eval_every_steps=2", "--config.warmup_steps=1",
+                      f"--config.data_dir={tmp_path}"],
+                     cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr
+  ms = metrics(wd)
+  assert [m["step"] for m in ms] == [2, 4] and all(np.isfinite(m["valid_bpc"]) for m in ms)
+  assert "final_norm" in json.loads((wd / "grad_norms.json").read_text())["init"]["layers"]
