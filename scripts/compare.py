@@ -1,15 +1,22 @@
 r"""Compares runs: their curves in one figure, and a table of their final and
 best metrics, the step each was reached at, and the train time.
 
-  python scripts/compare.py runs/pi_mnist_layer runs/pi_mnist_none \
-      [--metric test_error --metric train_nll] [--x step|epoch] [--out compare.png]
+  python scripts/compare.py runs/pi_mnist_layer runs/pi_mnist_none --out runs/cmp.png \
+      [--metric test_error --metric train_nll] [--x step|epoch]
 
 Any workdirs of ``experiments.main`` (or of ``reproduce.py``'s runs) of one
 experiment will do; runs of different experiments are refused (their metrics
 of one name measure different things), and metrics only some runs record are
-named under the table. The y axis is logarithmic only where every value is
-positive and they span a decade.
-The table also shows each config field that differs between the runs.
+named under the table. The metric compared by default is the experiment's own
+(the one its progress line and its target's figure report, MAIN_METRICS: the
+Transformer's valid_bpc, DRAW's test_bound), read from config.json's
+``experiment``. ``--out`` is required: the figure goes where it is told, never
+into the current folder unasked. The y axis is logarithmic only where every
+value is positive and they span a decade. The table also shows each config
+field that differs between the runs, the epochs where the runs count them
+(runs counted in updates alone, as the Transformer's and order embeddings',
+have no epochs column), and the training time: the seconds of the training
+steps, summed (``epoch_time_s``; no evaluation, compiling or checkpoints).
 ``--group_seeds`` draws the runs whose configs differ only in ``seed`` as one
 curve, their mean with a band over their range, and gives mean ± sd in the table.
 """
@@ -28,7 +35,12 @@ from experiments.runner import figures, loop  # noqa: E402
 
 # Bookkeeping fields of a metrics record, not metrics to compare.
 NOT_METRICS = ("step", "epoch", "wall_time", "epoch_time_s", "examples_per_sec")
-# The metric compared when none is named: the first that every run has.
+# The metric compared when none is named: the experiment's own (its figure's
+# and its progress line's), else the first of DEFAULT_METRICS that every run has.
+MAIN_METRICS = {"pi_mnist": "test_error", "convnet": "test_error", "draw": "test_bound",
+                "handwriting": "valid_nll", "reader": "valid_error",
+                "order_embeddings": "dev_image_recall_sum", "skipthoughts": "heldout_nll",
+                "transformer": "valid_bpc"}
 DEFAULT_METRICS = ("test_error", "test_bound", "valid_error", "valid_bound", "test_nll",
                    "valid_nll", "train_nll", "train_bound", "train_loss")
 
@@ -95,7 +107,9 @@ def group(runs: list[dict], by_seed: bool) -> dict[str, list[dict]]:
 def default_metric(runs: list[dict]) -> str:
   have = [set(k for m in r["metrics"] for k in m) for r in runs if r["metrics"]]
   common = set.intersection(*have) if have else set()
-  for m in DEFAULT_METRICS:
+  kinds = {r["config"].get("experiment") for r in runs}
+  own = MAIN_METRICS.get(kinds.pop()) if len(kinds) == 1 else None
+  for m in ((own,) if own else ()) + DEFAULT_METRICS:
     if m in common:
       return m
   others = sorted(common - set(NOT_METRICS))
@@ -121,7 +135,9 @@ def table(groups: dict[str, list[dict]], metrics: list[str], best: str) -> str:
   fields = differing_fields([r["config"] for rs in groups.values() for r in rs])
   if any(len(rs) > 1 for rs in groups.values()):
     fields = [f for f in fields if f != "seed"]
-  head = ["run", *fields, "steps", "epochs"]
+  epochs = any(m.get("epoch") is not None for rs in groups.values() for r in rs
+               for m in r["metrics"])
+  head = ["run", *fields, "steps", *(["epochs"] if epochs else [])]
   for m in metrics:
     head += [f"final {m}", "at step",
              f"{'lowest' if best_of(m, best) == 'min' else 'highest'} {m}", "at step"]
@@ -133,15 +149,17 @@ def table(groups: dict[str, list[dict]], metrics: list[str], best: str) -> str:
       lines.append("| " + " | ".join(row + ["no records yet"] + [""] * (len(head) - len(row) - 1))
                    + " |")
       continue
-    row += [_each(r["metrics"][-1]["step"] for r in rs),
-            _each(_value(r["metrics"][-1].get("epoch")) for r in rs)]
+    row += [_each(r["metrics"][-1]["step"] for r in rs)]
+    if epochs:
+      row += [_each(_value(r["metrics"][-1].get("epoch")) or "-" for r in rs)]
     for m in metrics:
       pairs = [_final_and_best(r["metrics"], m, best) for r in rs]
       row += [figures.mean_sd((f[m] for f, _ in pairs), ".4g"), _each(f["step"] for f, _ in pairs),
               figures.mean_sd((b[m] for _, b in pairs), ".4g"), _each(b["step"] for _, b in pairs)]
     times = [sum(m.get("epoch_time_s", 0.0) for m in r["metrics"]) for r in rs]
     timed = all(any("epoch_time_s" in m for m in r["metrics"]) for r in rs)
-    row.append(figures.mean_sd(times, ".0f") if timed else "")
+    # Seconds to 3 digits: a smoke run trains in under a second, not 0.
+    row.append(figures.mean_sd(times, ".0f" if min(times) >= 100 else ".3g") if timed else "")
     lines.append("| " + " | ".join(str(c) for c in row) + " |")
   return "\n".join(lines) + "\n"
 
@@ -189,10 +207,12 @@ def metrics_note(runs: list[dict]) -> str:
 
 
 def compare(workdirs: list[str], metrics: list[str] | None = None, x: str | None = None,
-            out: str | Path = "compare.png", best: str = "auto",
+            out: str | Path | None = None, best: str = "auto",
             group_seeds: bool = False) -> str:
   """Draws the runs' curves into ``out`` and returns the comparison table."""
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  if out is None:
+    raise CompareError("give --out FILE.png, where the figure goes (e.g. --out runs/cmp.png)")
   formats = Figure().canvas.get_supported_filetypes()
   if Path(out).suffix.lstrip(".").lower() not in formats:
     raise CompareError(f"--out {out}: the name must end in one of: "
@@ -223,11 +243,12 @@ def main(argv: list[str] | None = None) -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("workdirs", nargs="+", metavar="WORKDIR")
   p.add_argument("--metric", action="append", dest="metrics", metavar="M",
-                 help="a metric of metrics.jsonl (repeat for more); default: the first of "
-                      f"{', '.join(DEFAULT_METRICS[:4])}... that every run has")
+                 help="a metric of metrics.jsonl (repeat for more); default: the experiment's "
+                      "own (valid_bpc for the Transformer, test_error for pi_mnist, ...), else "
+                      f"the first of {', '.join(DEFAULT_METRICS[:4])}... that every run has")
   p.add_argument("--x", default=None, choices=figures.X_AXES,
                  help="x axis (default epoch, or step where a run logs no epochs)")
-  p.add_argument("--out", default="compare.png", type=Path, help="figure (default compare.png)")
+  p.add_argument("--out", default=None, type=Path, help="the figure, e.g. runs/cmp.png (required)")
   p.add_argument("--best", default="auto", choices=("auto", "min", "max"),
                  help="whether the best value is the lowest or the highest (default auto: the "
                       f"highest for metrics named with {', '.join(loop.HIGHER_IS_BETTER)} or "

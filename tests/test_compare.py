@@ -45,7 +45,7 @@ def test_table_gives_final_and_best_with_their_steps_and_the_config_differences(
   t = rows(md)
   assert t[0] == ["run", "norm", "steps", "epochs", "final test_error", "at step",
                   "lowest test_error", "at step", "train time (s)"]
-  assert t[2] == ["a", "layer", "30", "3", "0.2", "30", "0.1", "20", "4"]  # 3 x 1.5 s
+  assert t[2] == ["a", "layer", "30", "3", "0.2", "30", "0.1", "20", "4.5"]  # 3 x 1.5 s
   assert t[3] == ["b", "none", "28", "4", "0.26", "28", "0.25", "21", "8"]
   assert out.read_bytes().startswith(PNG)
 
@@ -66,10 +66,11 @@ def test_accuracies_are_best_highest_and_runs_without_epochs_are_drawn_by_step(t
   drawn = []
   monkeypatch.setattr(figures, "plot_panels", lambda runs, out, axes, x: drawn.append(x))
   t = rows(compare.compare([str(wd)], ["valid_accuracy", "valid_nll"], out=tmp_path / "c.png"))
-  assert t[0][1:11] == ["steps", "epochs", "final valid_accuracy", "at step",
+  # No run counts epochs: no epochs column (not a blank one).
+  assert t[0][1:10] == ["steps", "final valid_accuracy", "at step",
                         "highest valid_accuracy", "at step", "final valid_nll", "at step",
                         "lowest valid_nll", "at step"]
-  assert t[2][1:12] == ["600", "", "0.6", "600", "0.7", "400", "1.5", "600", "1", "400", ""]
+  assert t[2][1:11] == ["600", "0.6", "600", "0.7", "400", "1.5", "600", "1", "400", ""]
   assert drawn == ["step"]
 
 
@@ -226,3 +227,51 @@ def test_a_damaged_record_is_refused_not_dropped(tmp_path):
       f"error: {a}/metrics.jsonl line 2 of 2 is not a whole record (cut short?); rerun the "
       "run's command to evaluate it again")
   assert not (tmp_path / "f.png").exists()
+
+
+def test_the_default_metric_is_the_experiments_own_and_small_times_are_not_zero(tmp_path):
+  """A Transformer run prints valid_bpc: that is compared, not train_nll,
+  which it records too; it counts updates, not epochs; a smoke run's training
+  takes under a second, which reads as such, not 0."""
+  times = {"a": [0.125, 0.0625, 0.0625], "b": [0.5, 0.25, 0.125]}
+  wds = [_records(tmp_path / n, {"experiment": "transformer", "norm": n},
+                  [{"train_nll": 3.0 - i, "valid_bpc": 4.0 - i / (1 + (n == "b")),
+                    "epoch_time_s": t} for i, t in enumerate(ts)])
+         for n, ts in times.items()]
+  t = rows(compare.compare(wds, out=tmp_path / "c.png"))
+  assert t[0] == ["run", "norm", "steps", "final valid_bpc", "at step", "lowest valid_bpc",
+                  "at step", "train time (s)"]
+  assert t[2] == ["a", "a", "30", "2", "30", "2", "30", "0.25"]
+  assert t[3] == ["b", "b", "30", "3", "30", "3", "30", "0.875"]
+
+
+def test_every_experiment_has_its_own_metric_and_its_records_hold_it():
+  """MAIN_METRICS names a metric of every experiment there is a config for
+  (but Table 1's, which draws no curve), and the committed records of that
+  experiment hold it."""
+  import ast  # pylint: disable=import-outside-toplevel
+  kinds = set()
+  for path in (REPO / "configs").glob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute)
+          and node.targets[0].attr == "experiment"):
+        kinds.add(node.value.value)
+  assert set(compare.MAIN_METRICS) == kinds - {"invariance"}
+  seen = set()
+  for cfg in (REPO / "results").glob("*/*/config.json"):
+    kind = json.loads(cfg.read_text())["config"].get("experiment")
+    if kind in compare.MAIN_METRICS:
+      records = figures.read_metrics(cfg.parent)
+      assert any(compare.MAIN_METRICS[kind] in r for r in records), cfg
+      seen.add(kind)
+  assert seen == set(compare.MAIN_METRICS)
+
+
+@pytest.mark.slow
+def test_no_out_is_one_line_and_writes_nothing_here(tmp_path):
+  a = fake_run(tmp_path / "a", {"norm": "layer"}, [0.3])
+  p = subprocess.run([sys.executable, str(REPO / "scripts/compare.py"), str(a)], cwd=tmp_path,
+                     capture_output=True, text=True, timeout=120)
+  assert p.returncode == 1
+  assert p.stderr == "error: give --out FILE.png, where the figure goes (e.g. --out runs/cmp.png)\n"
+  assert not list(tmp_path.rglob("*.png"))
