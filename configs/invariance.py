@@ -23,7 +23,7 @@ import ml_collections
 def get_config(preset: str = "paper") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "invariance"   # the loop in experiments/invariance.py
-  c.norm = "all"                # rows to compute: all | batch | weight | layer | rms
+  c.norm = "all"                # rows to compute: all (batch, weight, layer, rms) or any one norm of a dense layer (lnorm/norms.py)
   c.seed = 0                    # PRNG seed for weights, data and transformations
   c.batch_size = 64             # examples in each random dataset
   c.num_epochs = 0              # unused: Table 1 needs no training

@@ -15,6 +15,7 @@ import numpy as np
 from experiments.runner import workdir as wdir
 from experiments.runner.errors import check, check_common
 from lnorm import recurrent
+from lnorm import layers, norms
 from lnorm.layers import NormDense
 
 Params = dict
@@ -62,8 +63,9 @@ COLUMNS: list[tuple[str, Transform]] = [
     ("Dataset re-centering", _dataset_recenter),
     ("Single training case re-scaling", _single_case_rescale),
 ]
-ROWS = [("Batch norm", "batch"), ("Weight norm", "weight"), ("Layer norm", "layer"),
-        ("RMS norm", "rms")]
+# The table's rows with norm=all (any other norm of a dense layer is one
+# row of its own, ``--config.norm=NAME``), labelled as lnorm/norms.py says.
+ROWS = [(norms.label(n), n) for n in ("batch", "weight", "layer", "rms")]
 # The paper's Table 1, to compare against (RMS norm is not in the paper).
 PAPER = {
     "batch": ("Invariant", "No", "Invariant", "Invariant", "Invariant", "No"),
@@ -130,9 +132,9 @@ def measure(config, data_scale: float | None = None, eps: float | None = None
   data_scale = config.data_scale if data_scale is None else data_scale
   eps = config.eps if eps is None else eps
   rng = np.random.default_rng(config.seed)
-  norms = [n for _, n in ROWS] if config.norm == "all" else [config.norm]
+  rows = [n for _, n in ROWS] if config.norm == "all" else [config.norm]
   changes, smallest = {}, {}
-  for n in norms:
+  for n in rows:
     cells = [[feedforward_change(n, t, config, rng, data_scale, eps)
               for _ in range(config.num_trials)] for _, t in COLUMNS]
     changes[n] = [max(c for c, _ in cell) for cell in cells]
@@ -152,45 +154,41 @@ def verdict(change: float, tolerance: float) -> str:
 
 def paper_agreement(changes: dict[str, list[float]], tolerance: float) -> str:
   """'Batch norm yes, ...': whether each paper row's verdicts are the paper's."""
-  names = dict((n, r) for r, n in ROWS)
   return ", ".join(
-      f"{names[n]} {'yes' if tuple(verdict(c, tolerance) for c in row) == PAPER[n] else 'NO'}"
+      f"{norms.label(n)} {'yes' if tuple(verdict(c, tolerance) for c in row) == PAPER[n] else 'NO'}"
       for n, row in changes.items() if n in PAPER)
 
 
 def smallest_markdown(smallest: dict[str, float], eps: float) -> str:
-  names = dict((n, r) for r, n in ROWS)
-  return ", ".join(f"{names[n]} {v / eps:.1e}" for n, v in smallest.items()
+  return ", ".join(f"{norms.label(n)} {v / eps:.1e}" for n, v in smallest.items()
                    if not np.isnan(v))
 
 
 def differences(changes: dict[str, list[float]], reference: dict[str, list[float]],
                 tolerance: float) -> str:
   """Per norm, the cells whose verdict differs from ``reference``'s, or 'none'."""
-  names = dict((n, r) for r, n in ROWS)
   out = []
   for n, row in changes.items():
     cells = [f"{c} ({verdict(v, tolerance)})"
              for (c, _), v, r in zip(COLUMNS, row, reference[n])
              if verdict(v, tolerance) != verdict(r, tolerance)]
     if cells:
-      out.append(f"{names[n]}: " + ", ".join(cells))
+      out.append(f"{norms.label(n)}: " + ", ".join(cells))
   return "; ".join(out) or "none"
 
 
 def to_markdown(changes: dict[str, list[float]], tolerance: float,
                 first_column: str = "") -> str:
-  names = dict((n, r) for r, n in ROWS)
   lines = ["| " + first_column + " | " + " | ".join(c for c, _ in COLUMNS) + " |",
            "|---" * (len(COLUMNS) + 1) + "|"]
   for n, row in changes.items():
     cells = [f"{verdict(c, tolerance)} ({c:.1e})" for c in row]
-    lines.append(f"| {names.get(n, n)} | " + " | ".join(cells) + " |")
+    lines.append(f"| {norms.label(n)} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:
-  check_common(config, ("all", *PAPER, "rms"))
+  check_common(config, lambda norm: norm == "all" or layers.accept(norm))
   check(config.num_trials >= 1, f"num_trials={config.num_trials} must be at least 1")
   check(config.batch_size >= 2, "batch_size must be at least 2: batch norm needs a batch")
   check(config.data_scale > 0, f"data_scale={config.data_scale} must be positive")
