@@ -1,6 +1,7 @@
 """scripts/reproduce.py: scheduling runs and reading their metrics into tables
 (the runs themselves: test_runner.py)."""
 
+import contextlib
 import json
 import os
 import statistics
@@ -158,6 +159,14 @@ def spread_epochs(records: list[dict], num_epochs: int) -> list[dict]:
 
 def workdir_name(cmd: list[str]) -> str:
   return next(a for a in cmd if a.startswith("--workdir=")).rsplit("/", 1)[-1]
+
+
+def judge_smoke_runs(monkeypatch) -> None:
+  """Verdicts for a smoke-preset target, which otherwise reads "plumbing only":
+  for tests whose fake runs take the smoke preset as the cheapest config and
+  check the verdicts of their records."""
+  from scripts import reproduce
+  monkeypatch.setattr(reproduce.verdicts, "smoke", lambda on=True: contextlib.nullcontext())
 
 
 class FakeFailedRun:
@@ -411,6 +420,7 @@ def test_fig2_with_seeds_gives_mean_and_sd_and_judges_the_claims_seed_by_seed(tm
   from lnorm.data import cnn_questions as cq
   from scripts import reproduce
   from scripts.paper import runs
+  judge_smoke_runs(monkeypatch)
   FakeReaderRun.data_dir = str(tmp_path)
   # Exclusive frequency answers the first right (@entity0), the second wrong
   # (@entity0 before @entity2 on a tie): 0.5; the most frequent entity (@entity1) 1.0.
@@ -749,6 +759,7 @@ def test_table3_with_seeds_gives_mean_and_sd_baseline_rows_and_claims_seed_by_se
     tmp_path, monkeypatch):
   from scripts import reproduce
   from scripts.paper import runs
+  judge_smoke_runs(monkeypatch)
   FakeRun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeSkipRun)
   fake_inputs(monkeypatch, tmp_path / "data", "configs/skipthoughts.py:smoke")
@@ -1060,3 +1071,54 @@ def test_redraw_replaces_only_figures_and_refuses_a_partial_record_set(tmp_path,
   assert capsys.readouterr().err.strip() == (
       f"error: {res}/fig5_cpu/none_seed2 is not a whole record of fig5 (no config.json); "
       "redraw.py draws from whole records only and trains nothing")
+
+
+def test_a_smoke_results_md_checks_the_plumbing_not_the_claims(tmp_path, monkeypatch):
+  """Smoke runs judge no claim: results.md says so at its top, under its one
+  heading, and every verdict cell says so; one seed has no seeds' ranges."""
+  from scripts import reproduce
+  from scripts.paper import runs, verdicts
+  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
+  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
+  argv = ["fig6", "--runs_dir", str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")]
+  reproduce.main(argv + ["--preset", "smoke"])
+  lines = (tmp_path / "res" / "fig6_smoke" / "results.md").read_text().splitlines()
+  assert [l for l in lines if l.startswith("# ")] == [lines[0]]
+  assert lines[2].startswith("**Smoke preset: this checks the plumbing, not the claims.**")
+  claims = [l.strip("| ").split(" | ") for l in lines if l.startswith("| (")]
+  assert len(claims) == 7 and all(r[-1] == verdicts.PLUMBING for r in claims)
+  assert not any("ranges" in c for r in claims for c in r)
+  # Outside a smoke run the verdicts are verdicts again.
+  assert str(verdicts.compare([1.0], [2.0], lower=True)).startswith("agrees in the one seed")
+  with verdicts.smoke():
+    assert str(verdicts.compare([1.0], [2.0], lower=True)) == verdicts.PLUMBING
+    with verdicts.smoke(False):
+      assert str(verdicts.passes([True, True])) == "**holds** (2 of 2 seeds)"
+  assert str(verdicts.passes([True, True])) == "**holds** (2 of 2 seeds)"
+
+
+def test_training_seconds_keep_their_digits_below_ten():
+  from scripts.paper import runs
+  assert runs.seconds([0.31]) == "0.31"  # a smoke run's: not 0
+  assert runs.seconds([2.0, 4.0, 6.0]) == "4 ± 2"
+  assert runs.seconds([123.4, 125.6]) == f"124 ± {statistics.stdev([123.4, 125.6]):.0f}"
+
+
+def test_table1_results_md_has_one_heading(tmp_path, monkeypatch):
+  """The run's table1.md opens with a heading of its own: it becomes results.md's title."""
+  from scripts import reproduce
+  from scripts.paper import table1
+
+  def fake_run_all(args, config, runs, keep=(), **_):
+    (table1.out_dir(args) / "table1").mkdir(parents=True)
+    (table1.out_dir(args) / "table1" / "table1.md").write_text(
+        "# Table 1: invariance\n\nbody\n\n## More\n")
+    return {0: {"git_commit": "abc", "versions": {}, "metrics": []}}
+  monkeypatch.setattr(table1, "run_all", fake_run_all)
+  args = reproduce.parse(["table1", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
+                          "--results_dir", str(tmp_path / "res")])
+  reproduce.run(args)
+  md = (tmp_path / "res" / "table1_smoke" / "results.md").read_text()
+  assert [l for l in md.splitlines() if l.startswith("# ")] == ["# Table 1: invariance"]
+  assert md.startswith("# Table 1: invariance\n\n**Smoke preset") and md.endswith(
+      "\n\nbody\n\n## More\n")

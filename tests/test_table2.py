@@ -68,10 +68,11 @@ class FakeOERun:
 def test_table2_rows_verdicts_and_figure(tmp_path, monkeypatch):
   from scripts import reproduce
   from scripts.paper import runs
-  from tests.test_reproduce import fake_inputs
+  from tests.test_reproduce import fake_inputs, judge_smoke_runs
   FakeOERun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeOERun)
   fake_inputs(monkeypatch, tmp_path / "data", "configs/order_embeddings.py:smoke")
+  judge_smoke_runs(monkeypatch)
   reproduce.main(["table2", "--preset", "smoke", "--seeds", "2", "--runs_dir",
                   str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")])
   assert sorted(c[-1] for c in FakeOERun.commands if c[-1].startswith("--config.seed")) == [

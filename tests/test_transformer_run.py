@@ -18,7 +18,7 @@ import pytest
 from lnorm.data import bytes_lm, files
 from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.test_bytes_lm import _write_novels
-from tests.test_reproduce import fake_inputs
+from tests.test_reproduce import fake_inputs, judge_smoke_runs
 
 
 # -- Bad input at config time: one line, exit status 2. --------------------------
@@ -245,6 +245,7 @@ def test_target_records_divergence_and_judges_each_claim(tmp_path, monkeypatch):
   FakeTransformerRun.commands = []
   monkeypatch.setattr(runs.subprocess, "Popen", FakeTransformerRun)
   fake_inputs(monkeypatch, tmp_path / "data", "configs/transformer.py:smoke")
+  judge_smoke_runs(monkeypatch)
   argv = ["transformer", "--preset", "smoke", "--seeds", "2", "--runs_dir",
           str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")]
   reproduce.main(argv)

@@ -8,7 +8,7 @@ import statistics
 from experiments.runner import figures
 from lnorm import norms
 from scripts.paper import verdicts
-from scripts.paper.runs import TIME_NOTE, epochs_to, first, header, mean_sd, out_dir, per_seed, reached, run_all, seeds, train_time_and_rate
+from scripts.paper.runs import TIME_NOTE, epochs_to, first, header, mean_sd, out_dir, per_seed, reached, run_all, seconds, seeds, train_time_and_rate
 
 
 # The paper's two runs (LN on the cell state only, eqs. 29-31), and the full
@@ -44,7 +44,7 @@ def fig4(args) -> None:
            f"{mean_sd((min(y['test_bound'] for y in x) for x in m), '.2f')} | "
            f"{mean_sd((x[-1]['valid_bound'] for x in m), '.2f')} | "
            f"{mean_sd((x[-1]['train_bound'] for x in m), '.2f')} | "
-           f"{mean_sd((t for t, _ in times), '.0f')} | "
+           f"{seconds(t for t, _ in times)} | "
            f"{mean_sd((v for _, v in times), ',.0f')} |\n")
   md += TIME_NOTE
   md += "\nEpochs to reach a test bound (the last is the baseline's final bound):\n\n"

@@ -58,9 +58,10 @@ def claims(records: dict) -> str:
       "(a) layer norm does about as well at batch 4 as at batch 128",
       "final test error, batch 4 vs 128",
       " / ".join(f"{pct(a)} vs {pct(b)}" for a, b in zip(fin[4], fin[128])),
-      f"higher at batch 4 in {sum(a > b for a, b in zip(fin[4], fin[128]))} of {n}, beyond the "
-      f"spread ({pct(sp)}) in {sum(not k for k in kept)}; the seeds' ranges "
-      f"{'overlap' if overlap else 'do not overlap'}", str(verdicts.passes(kept))))
+      f"higher at batch 4 in {sum(a > b for a, b in zip(fin[4], fin[128]))} of {n}"
+      + (f", beyond the spread ({pct(sp)}) in {sum(not k for k in kept)}; the seeds' ranges "
+         f"{'overlap' if overlap else 'do not overlap'}" if n > 1 else ""),  # one seed: no spread
+      str(verdicts.passes(kept))))
   for key, level, what in (("test_error", 0.02, "2% test error"), ("train_nll", 0.1, "training NLL 0.1")):
     ln, bn = ([first(m, key, level) for m in ms(norm, 4)] for norm in ("layer", "batch"))
     rows.append((

@@ -26,6 +26,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 TIME_NOTE = ("\nTrain time: the training epochs' seconds, summed. It leaves out evaluation, "
              "checkpoints, compilation and any time between a stop and its resume.\n")
+SMOKE_NOTE = ("**Smoke preset: this checks the plumbing, not the claims.** Its runs are the "
+              "smallest that exercise the code (tiny models, a few updates or trials): they show "
+              "that every run, record, table and figure is made; none of their numbers bears on "
+              "the paper's claims, and the verdict cells say so. For the claims: `--preset cpu` "
+              "or the paper preset.\n\n")
 
 
 def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
@@ -481,7 +486,8 @@ def header(args, records: list[dict], title: str) -> str:
   hosts = sorted({f"{h['cpu']}, {h['cpu_threads']} core(s)" for r in records
                   for h in [r.get("host"), *(x.get("host") for x in r.get("resumed_with", []))]
                   if h})
-  return (f"# {title}\n\nCommand: `{command(args)}`  \nCommit: {', '.join(commits)}  \n"
+  return (f"# {title}\n\n" + (SMOKE_NOTE if args.preset == "smoke" else "")
+          + f"Command: `{command(args)}`  \nCommit: {', '.join(commits)}  \n"
           + (f"Resumed or re-read by: {', '.join(resumed)}  \n" if resumed else "")
           + (f"Host: {'; '.join(hosts)}  \n" if hosts else "") +
           f"Versions: {json.dumps(records[0]['versions'])}\n\n"
@@ -522,6 +528,13 @@ def train_time_and_rate(m: list[dict]) -> tuple[float, float]:
           sorted(x["examples_per_sec"] for x in m)[len(m) // 2])
 
 
+def seconds(values) -> str:
+  """Seconds (mean ± sd over seeds): whole from 10 s up, else two digits, so
+  that a smoke run's 0.3 s of training does not read 0."""
+  values = list(values)
+  return mean_sd(values, ".0f" if min(values) >= 10 else ".2g")
+
+
 def train_nll_table(records: dict[str, dict]) -> str:
   """Training NLL at a few epochs, and the epochs each run needs to get below
   a few levels: how fast each one trains (claim (c) of Figure 6, and section
@@ -550,7 +563,7 @@ def summary_row(name: str, r: dict, extra: str) -> str:
           f"{mean_sd(min(x['test_error'] for x in m) for m in ms)} | "
           f"{per_seed(epochs_to(m, 'test_error', 0.02) for m in ms)} | "
           f"{mean_sd((m[-1]['train_nll'] for m in ms), '.3g')} | "
-          f"{mean_sd((t for t, _ in times), '.0f')} | {mean_sd((v for _, v in times), ',.0f')} | "
+          f"{seconds(t for t, _ in times)} | {mean_sd((v for _, v in times), ',.0f')} | "
           f"{r['config']['learning_rate']:g} |\n")
 
 

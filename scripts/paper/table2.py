@@ -124,8 +124,9 @@ def claims(ms: dict[str, list[list[dict]]]) -> str:
     v = verdicts.compare([a for a, _ in fin], [b for _, b in fin], lower=False)
     rows.append((f"LN ends higher ({what})", "test R@1+5+10 of both directions summed, LN vs "
                  "baseline", " / ".join(f"{a:.1f} vs {b:.1f}" for a, b in fin),
-                 f"LN higher in {k} of {n}; the seeds' ranges "
-                 f"{'overlap' if v.overlap else 'do not overlap'}", str(v)))
+                 f"LN higher in {k} of {n}"
+                 + (f"; the seeds' ranges {'overlap' if v.overlap else 'do not overlap'}"
+                    if n > 1 else ""), str(v)))
   return ("\nThe paper's claim, seed by seed (seed s of LN against seed s of the baseline: the "
           f"same image order and caption draws; values in seed order). {verdicts.RULE}\n\n"
           "| claim | measure | per seed | how many seeds | verdict |\n|---|---|---|---|---|\n"

@@ -21,15 +21,34 @@ benchmark in one process (scripts/bench/), never from the runs' own timings:
 runs that share the machine slow each other unevenly (the same Transformer run
 took 0.60 s an update beside another run, 0.27 s alone), so a speed claim with
 no such record reads ``untimed``.
+
+A smoke preset's runs are a few updates of tiny models: they check that every
+run, record, table and figure is made, not the claims. Under :func:`smoke`
+(reproduce.py enters it for ``--preset smoke``) every verdict cell reads
+``plumbing only (smoke preset)`` instead of a verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from typing import Sequence
+from typing import Iterator, Sequence
 
 HOLDS, FAILS, LEANS, CANNOT_TELL, ONE_SEED = "holds", "fails", "leans", "cannot tell", "one seed"
+PLUMBING = "plumbing only (smoke preset)"
+_judging = [True]  # False inside smoke(): cells say PLUMBING
+
+
+@contextlib.contextmanager
+def smoke(on: bool = True) -> Iterator[None]:
+  """Within it (with ``on``), every verdict cell reads PLUMBING: a smoke run's
+  numbers judge no claim."""
+  _judging.append(not on)
+  try:
+    yield
+  finally:
+    _judging.pop()
 
 RULE = ("A claim **holds** where every seed agrees and the two sides' ranges over the seeds do "
         "not overlap (or a stated test passes in every seed), **fails** where every seed "
@@ -49,6 +68,8 @@ class Verdict:
 
   def __str__(self) -> str:
     """The table cell: the word in bold and what it rests on."""
+    if not _judging[-1]:
+      return PLUMBING
     if self.why:
       return f"**{self.word}** ({self.why})"
     if self.word == ONE_SEED:
