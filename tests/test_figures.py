@@ -107,3 +107,59 @@ def test_compare_figure(tmp_path, drawn):
   check(out, axes)
   # Negative NLLs: a linear axis, whose curves show.
   assert [a.get_yscale() for a in axes] == ["linear", "log"]
+
+
+def _tick_texts(ax) -> list[str]:
+  ax.figure.canvas.draw()
+  return [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True)
+          if t.get_text()]
+
+
+def test_runs_ending_on_one_another_stay_apart_and_log_ticks_read_plainly(tmp_path, drawn):
+  """Four runs with the same values (pre-LN under pre-RMSNorm): each its own
+  colour, dash and marker, the markers at different points; a log axis over
+  1.5-3.5 labels its ticks 2, 3 (not 2 x 10^0), one over decades 0.001."""
+  same = [{"epoch": e + 1, "m": 3.5 - 0.1 * e, "w": 10.0 ** -e} for e in range(20)]
+  runs = {f"run {i}": same for i in range(4)}
+  figures.plot_panels({"": runs}, tmp_path / "f.png",
+                      [figures.Axis("m", "m (nats)", yscale="log"),
+                       figures.Axis("w", "w (nats)", yscale="log")])
+  axes, _ = _axes(drawn)
+  for ax in axes:
+    lines = ax.get_lines()
+    assert len({(l.get_color(), l.get_linestyle(), l.get_marker()) for l in lines}) == 4
+    for attr in ("get_color", "get_linestyle", "get_marker"):
+      assert len({getattr(l, attr)() for l in lines}) == 4, attr
+    marked = [tuple(np.asarray(l.get_xdata())[l.get_markevery()[0]::l.get_markevery()[1]])
+              for l in lines]
+    assert len(set(m[0] for m in marked)) == 4  # the first markers fall on different epochs
+  narrow, wide = (_tick_texts(ax) for ax in axes)
+  assert "2" in narrow and "3" in narrow
+  assert "0.001" in wide and "1" in wide
+  for t in narrow + wide:
+    assert "times" not in t and "^" not in t and "$" not in t, t
+    float(t)  # a plain number
+
+
+def test_transformer_gradient_norms_say_the_no_norm_init_in_math(tmp_path, drawn):
+  """grad_norms.png: W^2 in mathtext (no literal caret), and the legend says
+  that the no-norm model starts from another init."""
+  from scripts.paper import transformer as tf
+  c = type("C", (), {"num_layers": 3})()
+
+  def record(scaled: bool, k: float) -> dict:
+    g = {"w2": [k, 2 * k, 4 * k], "blocks": [k, k, k]}
+    return {"config": {"scaled_residual_init": scaled},
+            "seeds": [{"grad_norms": {"init": g, "final": g}}],
+            "grad_norms": {"init": g, "final": g}}
+  records = {tf.Setting(n): record(n == "none", 1.0 + i) for i, n in enumerate(tf.NORMS)}
+  tf.plot_grad_norms(records, c, tmp_path / "g.png")
+  axes, fig = _axes(drawn)
+  check(tmp_path / "g.png", axes)
+  texts = [ax.get_title() for ax in axes] + [t.get_text() for l in fig.legends
+                                            for t in l.get_texts()]
+  assert all("$W^2$" in t or "^" not in t for t in texts), texts
+  labels = [t.get_text() for l in fig.legends for t in l.get_texts()]
+  none = [l for l in labels if l.startswith(tf.LABELS["none"])]
+  assert none and "init" in none[0] and "sqrt" in none[0]
+  assert not any("init" in l for l in labels if l not in none)

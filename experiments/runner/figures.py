@@ -93,17 +93,48 @@ def series(seeds: Sequence[Metrics], metric: str, x: str = "epoch") -> Series:
   return Series(np.array(xs), values.mean(0), values.min(0), values.max(0), len(per_seed))
 
 
+# Runs that end on one another (pre-LN and pre-RMSNorm, float32 and bfloat16)
+# must all show: each run of a panel has its own colour, dash and marker, the
+# markers of run i shifted by i / n of their spacing so that they interleave.
+LINESTYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def style(i: int, n: int = 1, points: int = 0) -> dict:
+  """Line properties of the ``i``-th of ``n`` runs in a panel, with ``points``
+  points each: markers on about 6 of them, every run's on other points (the
+  spacing at least ``n``)."""
+  step = max(1, n, points // 6)
+  return dict(color=f"C{i % 10}", linestyle=LINESTYLES[i % len(LINESTYLES)],
+              marker=MARKERS[i % len(MARKERS)], ms=4,
+              markevery=(i * step // max(n, 1) % step, step))
+
+
 def draw(ax, runs: Runs, metric: str, x: str = "epoch") -> None:
-  """One line per run on ``ax``; a run of several seeds is their mean, with a
-  band over their range."""
-  for label, run in runs.items():
+  """One line per run on ``ax`` (each its own :func:`style`); a run of several
+  seeds is their mean, with a band over their range."""
+  for i, (label, run) in enumerate(runs.items()):
     s = series(seeds_of(run), metric, x)
     if not len(s.x):
       continue
-    line, = ax.plot(s.x, s.mean, label=label if s.num_seeds == 1
-                    else f"{label} (mean of {s.num_seeds} seeds)")
+    line, = ax.plot(s.x, s.mean, **style(i, len(runs), len(s.x)), label=label
+                    if s.num_seeds == 1 else f"{label} (mean of {s.num_seeds} seeds)")
     if s.num_seeds > 1:
       ax.fill_between(s.x, s.lo, s.hi, color=line.get_color(), alpha=0.2, linewidth=0)
+
+
+def plain_log_ticks(ax, which: str = "y") -> None:
+  """Tick labels of a log axis as plain numbers (0.01, 2, 300), not 2 x 10^0;
+  the minor ticks labelled where the axis spans too little for the decades
+  alone (matplotlib's rule)."""
+  from matplotlib.ticker import LogFormatter  # pylint: disable=g-import-not-at-top
+
+  class Plain(LogFormatter):
+    def __call__(self, v, pos=None):
+      return f"{v:g}" if super().__call__(v, pos) else ""  # 0.01, 2, 300; 1e-06 beyond 1e-4
+  target = ax.yaxis if which == "y" else ax.xaxis
+  target.set_major_formatter(Plain(labelOnlyBase=False))
+  target.set_minor_formatter(Plain(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,9 +169,14 @@ X_LABELS = {"epoch": "epoch", "step": "update (step)"}
 
 def _style(ax, axis: Axis, x: str, title: str) -> None:
   ax.set(yscale=axis.yscale, xlabel=X_LABELS.get(x, x), ylabel=axis.units, title=title)
+  if axis.yscale == "log":
+    plain_log_ticks(ax)
   if x == "step":  # 200k, not 200000: six-digit step counts overlap
     from matplotlib.ticker import EngFormatter  # pylint: disable=g-import-not-at-top
     ax.xaxis.set_major_formatter(EngFormatter())
+  else:  # whole epochs: 5, 10, not 2.5, 5.0
+    from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
   if axis.ymax is not None:
     top = ax.get_ylim()[1]
     lowest = min((np.nanmin(l.get_ydata()) for l in ax.get_lines()), default=np.inf)
@@ -186,7 +222,7 @@ def finish(fig, axes, path: str | Path) -> Path:
   shared = len(set(labels)) == 1 and labels[0]
   if shared:
     handles = axes[0].get_legend_handles_labels()[0]
-    ncol = min(len(handles), 3)
+    ncol = min(len(handles), 4 if fig.get_figwidth() >= 9 else 3)  # a row where it fits
     fig.legend(handles, labels[0], loc="lower center", ncol=ncol, frameon=False)
     legend_in = 0.15 + 0.3 * -(-len(handles) // ncol)  # its rows of labels
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))

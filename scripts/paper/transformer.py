@@ -234,23 +234,28 @@ def plot_grad_norms(records: dict[Setting, dict], c, path: Path) -> None:
   warm-up runs, mean over seeds with a band over them."""
   deep = {s.norm: r for s, r in records.items()
           if s.deep and s.warmup and not s.low_rate and s.dtype == "float32"}
-  cells = [("init", "w2", "W^2 (mlp/proj) at initialisation"),
+  cells = [("init", "w2", "$W^2$ (mlp/proj) at initialisation"),
            ("init", "blocks", "whole block at initialisation"),
-           ("final", "w2", "W^2 after training")]
+           ("final", "w2", "$W^2$ after training")]
   from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
   fig, axes = figures.grid(len(cells), f"Gradient norm per layer, {c.num_layers} layers")
   for ax, (when, what, title) in zip(axes, cells):
-    for norm, r in deep.items():
+    for i, (norm, r) in enumerate(deep.items()):
       ys = [x["grad_norms"][when][what] for x in R.seeds(r)
             if x["grad_norms"] and when in x["grad_norms"]]
       if not ys:
         continue
       y = np.array(ys)
       xs = np.arange(y.shape[1])
-      line, = ax.plot(xs, y.mean(0), marker="o", ms=3, label=LABELS[norm])
+      # Its init is not the others': say so where its curve is compared.
+      scaled = (" ($W^O$, $W^2$ init / $\\sqrt{2L}$)"
+                if r["config"].get("scaled_residual_init") else "")
+      line, = ax.plot(xs, y.mean(0), **{**figures.style(i, len(deep)), "markevery": None},
+                      label=LABELS[norm] + scaled)  # a marker on every block
       if len(ys) > 1:
         ax.fill_between(xs, y.min(0), y.max(0), color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set(yscale="log", title=title, xlabel="block (input to output)", ylabel="gradient L2 norm")
+    figures.plain_log_ticks(ax)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
   figures.finish(fig, axes, path)
