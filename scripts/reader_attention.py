@@ -163,7 +163,9 @@ def report(wd: Path, config, step: int, split: str, m: dict[str, Any],
   n = m["questions"]
   lines = [
       f"# What the reader attends to: `{wd.name}`, {split} split, checkpoint {step}", "",
-      f"Written by `python -m scripts.reader_attention --workdir {wd}`. Run: norm={config.norm},"
+      # The run's name, not its path: no machine's path in a committed report.
+      f"Written by `python -m scripts.reader_attention --workdir .../{wd.name}`. Run: "
+      f"norm={config.norm},"
       f" questions_dir={config.questions_dir!r}, seed {config.seed}. {n} questions.", "",
       "| | right | of the split |", "|---|---:|---:|",
       f"| reader | {round(m['reader_accuracy'] * n)} | {pct(m['reader_accuracy'])} |",

@@ -49,6 +49,10 @@ def test_books_split_whole_and_in_name_order(tmp_path, monkeypatch):
   assert s.test.tobytes().decode() == want(test)
   assert s.train.tobytes().decode() == want(train)
   assert "b10.txt" in s.description
+  # Records keep the description: the archive relative to the data folder,
+  # not this machine's path.
+  assert s.description.startswith(f"{bytes_lm.NOVELS}: 22 training books; ")
+  assert str(tmp_path) not in s.description
 
 
 def test_clean_book_drops_credits_and_markers_only():

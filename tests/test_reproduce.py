@@ -1122,3 +1122,13 @@ def test_table1_results_md_has_one_heading(tmp_path, monkeypatch):
   assert [l for l in md.splitlines() if l.startswith("# ")] == ["# Table 1: invariance"]
   assert md.startswith("# Table 1: invariance\n\n**Smoke preset") and md.endswith(
       "\n\nbody\n\n## More\n")
+
+
+def test_committed_results_name_no_machine_path():
+  """results.md and the READMEs in results/ say paths relative to the data
+  folder or the repository, never one machine's (the records' config.json and
+  grad_norms.json keep where each run read its data)."""
+  import re  # pylint: disable=import-outside-toplevel
+  found = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in (REPO / "results").rglob("*.md")
+           for m in re.finditer(r"(?<![\w.])/(?:work|home|tmp|root|Users)/\S*", p.read_text())]
+  assert not found, found

@@ -160,8 +160,11 @@ def read_novels(archive: str | os.PathLike[str], verify: bool = True) -> dict[st
 
 
 def split_books(books: dict[str, str], valid: Sequence[str], test: Sequence[str],
-                source: str, where: str) -> ByteSplits:
-  """Byte streams of the named validation and test books, the rest training."""
+                source: str, where: str, name: str | None = None) -> ByteSplits:
+  """Byte streams of the named validation and test books, the rest training.
+  ``where`` (the path) names them in errors, ``name`` (default ``where``) in
+  the description that records keep: a path inside the data folder, relative
+  to it, so that no machine's path goes into committed results."""
   missing = sorted((set(valid) | set(test)) - set(books))
   if missing:
     raise DataError(f"{where}: held-out books {', '.join(missing)} not among its "
@@ -175,7 +178,7 @@ def split_books(books: dict[str, str], valid: Sequence[str], test: Sequence[str]
   pick = lambda names: [(n, books[n]) for n in sorted(names)]
   return ByteSplits(
       _to_bytes(train), _to_bytes(pick(valid)), _to_bytes(pick(test)), source,
-      f"{where}: {len(train)} training books; validation {', '.join(sorted(valid))}; "
+      f"{name or where}: {len(train)} training books; validation {', '.join(sorted(valid))}; "
       f"test {', '.join(sorted(test))}")
 
 
@@ -184,7 +187,7 @@ def load_novels(data_dir: str | os.PathLike[str] | None = None,
                 verify: bool = True) -> ByteSplits:
   """The novels, split by whole books (default: the documented rule)."""
   path = resolve_data_dir(data_dir) / NOVELS
-  return split_books(read_novels(path, verify), valid, test, "novels", str(path))
+  return split_books(read_novels(path, verify), valid, test, "novels", str(path), NOVELS)
 
 
 def load_text_dir(directory: str | os.PathLike[str], valid: Sequence[str],
@@ -245,7 +248,7 @@ def load_enwik8(data_dir: str | os.PathLike[str] | None = None,
   data = np.frombuffer(raw, np.uint8)
   a, b = n_train, n_train + n_valid
   return ByteSplits(data[:a], data[a:b], data[b:b + n_test], "enwik8",
-                    f"{path}: bytes [0, {a:,}) train, [{a:,}, {b:,}) validation, "
+                    f"{path.name}: bytes [0, {a:,}) train, [{a:,}, {b:,}) validation, "
                     f"[{b:,}, {b + n_test:,}) test")
 
 

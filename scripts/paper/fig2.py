@@ -99,7 +99,8 @@ def fig2(args) -> None:
          f"{c['batch_size']}, Adam {c['learning_rate']:g}, {c['num_epochs']} epochs, "
          + (f"passages <= {n} tokens, " if n else "passages of any length, ")
          + ("entities renumbered at every update, " if c.get("permute_entities") else "")
-         + f"data `{Path(c['data_dir']) / c.get('questions_dir', '')}`. Errors on "
+         # Relative to the data folder: no machine's path in results.md.
+         + f"data `<data_dir>/{standin_of(c)}`. Errors on "
          "all validation / test questions kept.\n\n"
          + (standin_note(c) if is_standin(c) else "")
          + "![Figure 2](fig2.png)\n\n"

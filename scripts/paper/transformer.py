@@ -419,8 +419,13 @@ def transformer(args) -> None:
   md = R.header(args, list(records.values()), "Beyond the paper: norms in a byte Transformer LM")
   gn = next((x["grad_norms"] for r in records.values() for x in R.seeds(r) if x["grad_norms"]),
             {})
-  md += (f"Data: **{gn.get('source', c.data_source)}** ({gn.get('data', '')}). Bits per byte "
-         f"on {c.num_eval_windows or 'all'} fixed windows of {c.seq_len} targets spread evenly over "
+  # The files relative to the data folder: no machine's path goes into
+  # results.md (records made before the loader said them so name them whole).
+  data, root = gn.get("data", ""), (first["config"].get("data_dir") or "").rstrip("/")
+  data = data[len(root) + 1:] if root and data.startswith(root + "/") else data
+  data = f"<data_dir>/{data}" if data and not data.startswith("/") else data
+  md += (f"Data: **{gn.get('source', c.data_source)}** ({data}). Bits per byte on "
+         f"{c.num_eval_windows or 'all'} fixed windows of {c.seq_len} targets spread evenly over "
          "the validation books (test: the same on the test books, at the end).\n\n"
          f"Setting (preset {args.preset}): {c.num_layers} layers (shallow: {SHALLOW_LAYERS}), "
          f"d_model {c.d_model}, {c.num_heads} heads, d_ff {c.d_ff}, {c.positions} positions, "
