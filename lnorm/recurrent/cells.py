@@ -202,6 +202,52 @@ def _lstm_update(z_Bx4H: Array, c_BxH: Array) -> tuple[Array, Array]:
   return c_new, jax.nn.sigmoid(o)
 
 
+def lstm_step(nm: norms.Norm, P: dict[str, Array], wx_Bx4H: Array, wh_Bx4H: Array,
+              c_BxH: Array, h_BxH: Array, eps: float,
+              bn: Callable | None = None) -> tuple[Array, Array]:
+  """One LSTM step after its two matmuls (eqs. 17-22 with ``nm`` where LN
+  is): returns the raw new cell c_t and h_t, in the carry's dtypes. ``P``:
+  the parameters by name; ``bn(name, a, gain, bias)``: the host's batch norm
+  for a norm with running statistics. The linen and NNX cells share it."""
+  dt = wx_Bx4H.dtype
+  v = {k: a.astype(dt) for k, a in P.items() if not k.startswith('kernel')}
+  if not nm.normalizes(GATES):
+    z_Bx4H = wh_Bx4H + wx_Bx4H
+  elif nm.running_stats:
+    z_Bx4H = bn('h', wh_Bx4H, v['gain_h'], None) + bn('x', wx_Bx4H, v['gain_x'], None)
+  else:
+    z_Bx4H = _term(nm, v, '_h', wh_Bx4H, eps) + _term(nm, v, '_x', wx_Bx4H, eps)
+  z_Bx4H = z_Bx4H + _row(v['bias'], z_Bx4H.ndim)
+  c_new, o_BxH = _lstm_update(z_Bx4H, c_BxH)
+  if not nm.normalizes(CELL):
+    cn_BxH = c_new
+  elif nm.running_stats:
+    cn_BxH = bn('c', c_new, v['gain_c'], v['bias_c'])
+  else:
+    cn_BxH = _term(nm, v, '_c', c_new, eps, bias=True)
+  h_new = (o_BxH * jnp.tanh(cn_BxH)).astype(h_BxH.dtype)
+  return c_new.astype(c_BxH.dtype), h_new
+
+
+def gru_step(nm: norms.Norm, P: dict[str, Array], wx_Bx2H: Array, wh_Bx2H: Array,
+             Wx_BxH: Array, Uh_BxH: Array, h_BxH: Array, eps: float) -> Array:
+  """One GRU step after its four matmuls (eqs. 23-28 with ``nm`` where LN
+  is): h_t in the carry's dtype. The linen and NNX cells share it."""
+  dt = wx_Bx2H.dtype
+  v = {k: a.astype(dt) for k, a in P.items() if not k.startswith('kernel')}
+  if nm.normalizes(GATES):
+    zr_Bx2H = _term(nm, v, '_h', wh_Bx2H, eps) + _term(nm, v, '_x', wx_Bx2H, eps)
+    Wx_BxH = _term(nm, v, '_xc', Wx_BxH, eps, bias=True)
+    Uh_BxH = _term(nm, v, '_hc', Uh_BxH, eps, bias=True)
+  else:
+    zr_Bx2H = wh_Bx2H + wx_Bx2H
+    Wx_BxH = Wx_BxH + _row(v['bias_c'], Wx_BxH.ndim)
+  zr_Bx2H = zr_Bx2H + _row(v['bias'], zr_Bx2H.ndim)
+  z_BxH, r_BxH = jnp.split(jax.nn.sigmoid(zr_Bx2H), 2, -1)
+  hh_BxH = jnp.tanh(Wx_BxH + r_BxH * Uh_BxH)
+  return ((1.0 - z_BxH) * h_BxH + z_BxH * hh_BxH).astype(h_BxH.dtype)
+
+
 class _CellMixin:
   """Shared carry bookkeeping (no fields: flax dataclass field order). The
   default carry is one zero state ``h``."""
@@ -328,30 +374,13 @@ class LSTMCell(_CellMixin, nn.RNNCellBase):
 
   @nn.compact
   def __call__(self, carry: Carry, x: Array) -> tuple[Carry, Array]:
-    nm, eps = norms.get(self.norm), self.eps
+    nm = norms.get(self.norm)
     c_BxH, h_BxH, *t = carry  # t: the step, for running statistics only
     gain_init = self.gain_init if self.gain_init is not None else nm.cell_gain_init
     P = lstm_params(self, x.shape[-1], gain_init)
     wx_Bx4H, wh_Bx4H = _kernels(self, x, h_BxH, P['kernel_x'], P['kernel_h'])
-    dt = wx_Bx4H.dtype
-    v = {k: a.astype(dt) for k, a in P.items() if not k.startswith('kernel')}
-    if not nm.normalizes(GATES):
-      z_Bx4H = wh_Bx4H + wx_Bx4H
-    elif nm.running_stats:
-      z_Bx4H = (self._bn('h', wh_Bx4H, v['gain_h'], None, t[0])
-                + self._bn('x', wx_Bx4H, v['gain_x'], None, t[0]))
-    else:
-      z_Bx4H = _term(nm, v, '_h', wh_Bx4H, eps) + _term(nm, v, '_x', wx_Bx4H, eps)
-    z_Bx4H = z_Bx4H + _row(v['bias'], z_Bx4H.ndim)
-    c_new, o_BxH = _lstm_update(z_Bx4H, c_BxH)
-    if not nm.normalizes(CELL):
-      cn_BxH = c_new
-    elif nm.running_stats:
-      cn_BxH = self._bn('c', c_new, v['gain_c'], v['bias_c'], t[0])
-    else:
-      cn_BxH = _term(nm, v, '_c', c_new, eps, bias=True)
-    h_new = (o_BxH * jnp.tanh(cn_BxH)).astype(h_BxH.dtype)
-    c_new = c_new.astype(c_BxH.dtype)
+    bn = (lambda name, a, g, b: self._bn(name, a, g, b, t[0])) if nm.running_stats else None
+    c_new, h_new = lstm_step(nm, P, wx_Bx4H, wh_Bx4H, c_BxH, h_BxH, self.eps, bn)
     new_carry = (c_new, h_new) + tuple(s + 1 for s in t)
     return new_carry, h_new
 
@@ -411,25 +440,11 @@ class GRUCell(_CellMixin, nn.RNNCellBase):
   @nn.compact
   def __call__(self, carry: Array, x: Array) -> tuple[Array, Array]:
     h_BxH = carry
-    eps = self.eps
     P = gru_params(self, x.shape[-1])
     wx_Bx2H, wh_Bx2H = _kernels(self, x, h_BxH, P['kernel_x'], P['kernel_h'])
     Wx_BxH, Uh_BxH = _kernels(self, x, h_BxH, P['kernel_xc'], P['kernel_hc'])
-    dt = wx_Bx2H.dtype
-    v = {k: a.astype(dt) for k, a in P.items() if not k.startswith('kernel')}
-    b_2H = v['bias']
-    nm = norms.get(self.norm)
-    if nm.normalizes(GATES):
-      zr_Bx2H = _term(nm, v, '_h', wh_Bx2H, eps) + _term(nm, v, '_x', wx_Bx2H, eps)
-      Wx_BxH = _term(nm, v, '_xc', Wx_BxH, eps, bias=True)
-      Uh_BxH = _term(nm, v, '_hc', Uh_BxH, eps, bias=True)
-    else:
-      zr_Bx2H = wh_Bx2H + wx_Bx2H
-      Wx_BxH = Wx_BxH + _row(v['bias_c'], Wx_BxH.ndim)
-    zr_Bx2H = zr_Bx2H + _row(b_2H, zr_Bx2H.ndim)
-    z_BxH, r_BxH = jnp.split(jax.nn.sigmoid(zr_Bx2H), 2, -1)
-    hh_BxH = jnp.tanh(Wx_BxH + r_BxH * Uh_BxH)
-    h_new = ((1.0 - z_BxH) * h_BxH + z_BxH * hh_BxH).astype(h_BxH.dtype)
+    h_new = gru_step(norms.get(self.norm), P, wx_Bx2H, wh_Bx2H, Wx_BxH, Uh_BxH, h_BxH,
+                     self.eps)
     return h_new, h_new
 
 
