@@ -17,6 +17,15 @@ its data, its model and ``create_train_state``, ``train_step``, ``eval_step`` (a
           num_steps=config.num_epochs * steps_per_epoch, steps_per_epoch=steps_per_epoch)
     return loop.run(config, workdir, setup)   # options: loop.Options.of(config)
 
+A run reads top to bottom in :func:`run`, one call a step: check (the loop's
+options and the device mesh), workdir (checked and locked:
+``workdir.claim``), data and state (the experiment's ``setup``, placed on the
+mesh: ``parallel.distribute``), resume (the workdir made, the newest
+checkpoint restored: ``workdir.resume``), loop (:func:`_train`), finish (the
+summary and the task's ``finish``). A one-shot experiment, which measures
+once and trains nothing, goes through :func:`run_once`: the same workdir and
+config.json, its measurements as the one record of metrics.jsonl.
+
 The loop owns the rest: the workdir (lock, config.json, checks), resume from the
 newest checkpoint that restores and has its record in metrics.jsonl (one whose
 record is damaged or missing is trained again from the one before, so every
@@ -37,6 +46,7 @@ the mean over the steps since the previous record.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import signal
@@ -44,18 +54,19 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.sharding import Mesh
 
 from experiments.runner import parallel
-from experiments.runner import records as rec
 from experiments.runner import workdir as wdir
 from experiments.runner.errors import NonFiniteLossError, UserError
-from experiments.runner.progress import Progress, duration, epochs, epochs_touched
+from experiments.runner.progress import Progress, epochs_touched
+from experiments.runner.records import higher_is_better  # noqa: F401  # scripts ask the loop
 
 Metrics = Mapping[str, jax.Array]
 
@@ -158,6 +169,164 @@ class Task:
   finish: Callable[[Any, Path], None] | None = None  # after training, e.g. samples
 
 
+# --- One run, top to bottom -----------------------------------------------------
+
+def run(config: ml_collections.ConfigDict, workdir: str, setup: Callable[[], Task],
+        options: Options | None = None) -> Any:
+  """Trains the :class:`Task` that ``setup()`` returns in ``workdir``, resuming
+  what is there; returns the final state. ``setup`` runs after the workdir
+  checks, so a bad workdir is reported before the data loads. ``config`` is
+  recorded; the loop's settings are ``options`` (default ``Options.of(config)``)."""
+  t_start = time.perf_counter()
+  with _Stop() as stop, _stopped_early("before training began; nothing was trained. "
+                                       "Rerun the same command to start or resume"):
+    opts, mesh = check(config, options)                          # check
+    with wdir.claim(workdir, config, opts.data_dir) as claim:    # workdir
+      task = parallel.distribute(setup(), mesh, opts.batch_size)  # data, state
+      # From here on the workdir is written: a signal waits for a safe point.
+      stop.defer()
+      with wdir.resume(claim, task.state) as resumed:            # resume
+        state, progress = _train(opts, task, resumed, stop)      # loop
+  return _finish(task, state, resumed, progress,                  # finish
+                 time.perf_counter() - t_start, opts.num_epochs)
+
+
+def run_once(config: ml_collections.ConfigDict, workdir: str,
+             compute: Callable[[Path], Mapping[str, float]]) -> dict[str, Any]:
+  """A one-shot experiment (it measures once and trains nothing: Table 1)
+  through :func:`run`'s shared output: the workdir checked, locked and
+  announced, config.json written; then ``compute(workdir)``, which may write
+  its own files there (a table), and its measurements as the one record (step
+  0) of metrics.jsonl, written last, so that a record means the run is whole.
+  A rerun measures again and replaces the record. Returns the record."""
+  with _Stop(), _stopped_early("nothing was recorded. Rerun the same command to start it "
+                               "again"):
+    with wdir.claim(workdir, config) as claim:
+      wd = claim.create()
+      return wdir.record_once(wd, compute(wd))
+
+
+def check(config: ml_collections.ConfigDict, options: Options | None = None
+          ) -> tuple[Options, Mesh]:
+  """The loop's options (``Options.of(config)`` unless given) and the mesh of
+  devices they ask for, checked before anything is read or written."""
+  opts = Options.of(config) if options is None else options
+  if opts.eval_every_steps < 0 or opts.steps_per_call < 0:
+    raise UserError("eval_every_steps and steps_per_call must be 0 or more")
+  # Data parallel over the devices (parallel.py).
+  return opts, parallel.mesh_for(opts.num_devices, opts.batch_size)
+
+
+def _train(opts: Options, task: Task, resumed: wdir.Resumed, stop: _Stop
+           ) -> tuple[Any, Progress]:
+  """Trains from ``resumed``'s state and step to ``task.num_steps``, evaluating,
+  recording and checkpointing as :func:`schedule` says; the final state, and
+  the progress (steps, seconds). A signal stops it at the next safe point."""
+  spe, total, feed = task.steps_per_epoch, task.num_steps, task.feed
+  first = resumed.step
+  calls, names = _compile(task, opts)
+  progress = Progress(total, first, task.examples_per_step, spe, epochs_touched(total, spe))
+  progress.begin()
+  state, step = resumed.state, first
+  pending: list[jax.Array] = []
+  interval_s, interval_steps = 0.0, 0
+  try:
+    for a, b, evaluate in schedule(first, total, spe, opts.eval_every_steps,
+                                   opts.steps_per_call):
+      if stop.signum is not None:
+        break
+      t0 = time.perf_counter()
+      xs = feed.plan(a, b)
+      if not task.scan_epoch:
+        for i in range(b - a):
+          state, m = calls[1](state, feed.data, jax.tree.map(lambda v: v[i], xs))
+          pending.append(m)
+        jax.block_until_ready(state)
+      else:
+        state, m = calls[b - a](state, feed.data, xs)
+        pending.append(m)
+        jax.block_until_ready(m)
+      dt = time.perf_counter() - t0
+      interval_s, interval_steps, step = interval_s + dt, interval_steps + b - a, b
+      progress.advance(step, dt)
+      if evaluate:
+        train = _mean(pending, names, stacked=task.scan_epoch)
+        _evaluate_and_record(task, resumed, progress, state, step, train, interval_s,
+                             interval_steps)
+        pending, interval_s, interval_steps = [], 0.0, 0
+  finally:
+    progress.close()
+  if stop.signum is not None and step < total:
+    last = resumed.latest_step()
+    name = signal.Signals(stop.signum).name
+    raise Stopped(
+        f"stopped by {name} at step {step} of {total}; "
+        + (f"the last checkpoint is step {last}" if last is not None
+           else "no checkpoint was written yet") +
+        ". Rerun the same command to resume", 128 + stop.signum)
+  return state, progress
+
+
+def _compile(task: Task, opts: Options) -> tuple[dict[int, Any], list[str]]:
+  """The jitted calls of the run, ``{steps a call: compiled}``, and the names of
+  the train metrics they return. Lowered from the fresh state (``task.state``),
+  one call per distinct length of the plan from step 0: a restored state is
+  committed to a device, and lowering with it would give other programs than
+  a fresh run's."""
+  feed = task.feed
+  plan_from_zero = schedule(0, task.num_steps, task.steps_per_epoch,
+                            opts.eval_every_steps, opts.steps_per_call)
+  calls: dict[int, Any] = {}
+  names: list[str] = []
+  t0 = time.perf_counter()
+  if not task.scan_epoch:
+    if plan_from_zero:
+      a, _, _ = plan_from_zero[0]
+      x0 = jax.tree.map(lambda v: v[0], feed.plan(a, a + 1))
+      calls[1] = jax.jit(one_step(task.train_step, feed, names), donate_argnums=(0,)).lower(
+          task.state, feed.data, x0).compile()
+  else:
+    chunk = jax.jit(scan_steps(task.train_step, feed, names), donate_argnums=(0,))
+    for a, b, _ in plan_from_zero:
+      if b - a not in calls:
+        calls[b - a] = chunk.lower(task.state, feed.data, feed.plan(a, b)).compile()
+  if calls:
+    print(f"compiled the train step in {time.perf_counter() - t0:.1f}s", flush=True)
+  return calls, names
+
+
+def _evaluate_and_record(task: Task, resumed: wdir.Resumed, progress: Progress, state,
+                         step: int, train: dict[str, float], seconds: float, steps: int
+                         ) -> None:
+  """Evaluates, then records and checkpoints (``resumed.record``); a non-finite
+  train metric stops the run first, saying which checkpoint is kept."""
+  spe = task.steps_per_epoch
+  train = {f"train_{k}": v for k, v in train.items()}
+  bad = {k: v for k, v in train.items() if not np.isfinite(v)}
+  if bad:
+    where = (f"in epoch {-(-step // spe)} (steps {step - steps + 1}-{step})" if spe
+             else f"in steps {step - steps + 1}-{step}")
+    name, value = next(iter(bad.items()))
+    raise NonFiniteLossError(f"{name} is {value} {where}; stopped. {resumed.kept()}")
+  metrics = {**train, "epoch_time_s": seconds,
+             "examples_per_sec": steps * task.examples_per_step / seconds}
+  metrics |= {k: float(v) for k, v in task.evaluate(state).items()}
+  resumed.record(step, _epoch_of(step, spe), metrics, state)
+  shown = task.show or tuple(metrics)[:3]
+  progress.report(step, **{k: metrics[k] for k in shown if k in metrics})
+
+
+def _finish(task: Task, state: Any, resumed: wdir.Resumed, progress: Progress,
+            total_s: float, num_epochs: int | None) -> Any:
+  """The summary line, then the task's ``finish`` (process 0 alone)."""
+  progress.done(resumed.records, task.show, total_s, num_epochs)
+  if task.finish is not None and parallel.is_primary():
+    task.finish(parallel.to_local(state), resumed.path)
+  return state
+
+
+# --- The loop's parts --------------------------------------------------------
+
 def _pack(m: Metrics) -> jax.Array:
   # One output array a step: the metric itself if one, else the stacked vector.
   values = list(m.values())
@@ -230,8 +399,8 @@ def _powers_of_two(a: int, b: int, evaluate: bool) -> list[tuple[int, int, bool]
 
 
 class _Stop:
-  """SIGINT and SIGTERM. Before training (data loading, compiling), when
-  nothing has been written, they stop at once; once ``defer()`` is called
+  """SIGINT and SIGTERM. Before the workdir is written (the checks, data
+  loading), they stop at once; once ``defer()`` is called
   they ask the loop to stop at its next safe point (the end of the current
   jitted call), and a second one stops at once."""
 
@@ -273,12 +442,23 @@ class _StoppedEarly(BaseException):
     self.signum = signum
 
 
-def _resolved(data_dir: str | None) -> str | None:
-  if data_dir is None:
-    return None
-  from lnorm.data import resolve_data_dir  # pylint: disable=g-import-not-at-top
-  # Recorded in config.json as resolved: '' would lose $LNORM_DATA_DIR.
-  return str(resolve_data_dir(data_dir).absolute())
+@contextlib.contextmanager
+def _stopped_early(what: str) -> Iterator[None]:
+  """A signal before the workdir is written (:class:`_StoppedEarly`) as a
+  :class:`Stopped` whose line says ``what``."""
+  try:
+    yield
+  except _StoppedEarly as e:
+    raise Stopped(f"stopped by {signal.Signals(e.signum).name} {what}",
+                  128 + e.signum) from None
+
+
+class Stopped(UserError):
+  """A run stopped by a signal at a safe point; rerunning resumes it."""
+
+  def __init__(self, message: str, exit_code: int):
+    super().__init__(message)
+    self.exit_code = exit_code
 
 
 def _mean(chunks: list[jax.Array], names: list[str], stacked: bool) -> dict[str, float]:
@@ -300,241 +480,3 @@ def _epoch_of(step: int, spe: int | None) -> int | float | None:
   if not spe:
     return None
   return step // spe if step % spe == 0 else round(step / spe, 6)
-
-
-def run(config: ml_collections.ConfigDict, workdir: str, setup: Callable[[], Task],
-        options: Options | None = None) -> Any:
-  """Trains the :class:`Task` that ``setup()`` returns in ``workdir``, resuming
-  what is there; returns the final state. ``setup`` runs after the workdir
-  checks, so a bad workdir is reported before the data loads. ``config`` is
-  recorded; the loop's settings are ``options`` (default ``Options.of(config)``)."""
-  t_start = time.perf_counter()
-  opts = Options.of(config) if options is None else options
-  if opts.eval_every_steps < 0 or opts.steps_per_call < 0:
-    raise UserError("eval_every_steps and steps_per_call must be 0 or more")
-  # Data parallel over the devices (parallel.py).
-  mesh = parallel.mesh_for(opts.num_devices, opts.batch_size)
-  data_dir = _resolved(opts.data_dir)
-  make = functools.partial(wdir.RunDir, data_dir=data_dir)
-  with _Stop() as stop:
-    try:
-      with parallel.run_dir(workdir, config, make) as rd:
-        wdir.announce(config, rd.path, data_dir)
-        task = parallel.distribute(setup(), mesh, opts.batch_size)
-        # From here on the workdir is written: a signal waits for a safe point.
-        stop.defer()
-        wd = rd.create()
-        return _train(opts, wd, task, t_start, stop)
-    except _StoppedEarly as e:
-      raise Stopped(f"stopped by {signal.Signals(e.signum).name} before training began; "
-                    "nothing was trained. Rerun the same command to start or resume",
-                    128 + e.signum) from None
-
-
-def _train(opts: Options, wd: Path, task: Task, t_start: float, stop: _Stop) -> Any:
-  spe, total = task.steps_per_epoch, task.num_steps
-  eval_every, per_call = int(opts.eval_every_steps), int(opts.steps_per_call)
-  feed = task.feed
-  wdir.check_room(wd, task.state)
-
-  # Compiled before restoring, from the fresh state, one call per distinct
-  # length: a restored state is committed to a device, and lowering with it
-  # would give other programs than a fresh run's.
-  plan_from_zero = schedule(0, total, spe, eval_every, per_call)
-  calls: dict[int, Any] = {}
-  names: list[str] = []
-  t0 = time.perf_counter()
-  if not task.scan_epoch:
-    if plan_from_zero:
-      a, _, _ = plan_from_zero[0]
-      x0 = jax.tree.map(lambda v: v[0], feed.plan(a, a + 1))
-      calls[1] = jax.jit(one_step(task.train_step, feed, names), donate_argnums=(0,)).lower(
-          task.state, feed.data, x0).compile()
-  else:
-    chunk = jax.jit(scan_steps(task.train_step, feed, names), donate_argnums=(0,))
-    for a, b, _ in plan_from_zero:
-      if b - a not in calls:
-        calls[b - a] = chunk.lower(task.state, feed.data, feed.plan(a, b)).compile()
-  if calls:
-    print(f"compiled the train step in {time.perf_counter() - t0:.1f}s", flush=True)
-
-  # The loop keeps the two newest checkpoints and the newest whose metrics
-  # are all finite (wdir.prune), so it does its own pruning.
-  mngr = wdir.checkpoint_manager(wd, max_to_keep=None)
-  try:
-    # A checkpoint is only as good as its record: one whose line in
-    # metrics.jsonl is damaged or missing is trained again (drop_unrecorded).
-    records, _ = rec.read(wd / rec.METRICS)
-    parallel.barrier("lnorm_records_read")  # before process 0 rewrites the file
-    wdir.drop_unrecorded(mngr, {r["step"] for r in records})
-    state, step = wdir.restore_latest(mngr, task.state)
-    wdir.check_records(wd, step)  # again, if a damaged checkpoint moved it back
-    good = {r["step"] for r in records if r["step"] <= step and rec.finite(r)}
-    num_epochs = epochs_touched(total, spe)
-    if step == 0:
-      print(f"fresh run: {total} steps" + (f" ({epochs(total, spe)})" if spe else ""),
-            flush=True)
-    else:
-      where = "" if not spe else (f" (epoch {step // spe} of {num_epochs} done)" if step % spe == 0
-                                  else f" (in epoch {step // spe + 1} of {num_epochs})")
-      print(f"resuming from step {step} of {total}{where}", flush=True)
-    writer = parallel.metrics_writer(wdir.MetricsWriter, wd, step)
-    try:
-      state = _loop(opts, wd, task, calls, names, mngr, writer, state, step,
-                    eval_every, per_call, t_start, stop, good)
-    finally:
-      writer.close()
-  finally:
-    wdir.close_manager(mngr)
-  if task.finish is not None and parallel.is_primary():
-    task.finish(parallel.to_local(state), wd)
-  return state
-
-
-def _loop(opts: Options, wd: Path, task: Task, calls, names, mngr, writer, state, first: int,
-          eval_every: int, per_call: int, t_start: float, stop: _Stop, good: set[int]) -> Any:
-  spe, total, feed = task.steps_per_epoch, task.num_steps, task.feed
-  progress = Progress(total, first, task.examples_per_step, spe, epochs_touched(total, spe))
-  pending: list[jax.Array] = []
-  interval_s, interval_steps = 0.0, 0
-  step = first
-  try:
-    for a, b, evaluate in schedule(first, total, spe, eval_every, per_call):
-      if stop.signum is not None:
-        break
-      t0 = time.perf_counter()
-      xs = feed.plan(a, b)
-      if not task.scan_epoch:
-        for i in range(b - a):
-          state, m = calls[1](state, feed.data, jax.tree.map(lambda v: v[i], xs))
-          pending.append(m)
-        jax.block_until_ready(state)
-      else:
-        state, m = calls[b - a](state, feed.data, xs)
-        pending.append(m)
-        jax.block_until_ready(m)
-      dt = time.perf_counter() - t0
-      interval_s, interval_steps, step = interval_s + dt, interval_steps + b - a, b
-      progress.advance(step, dt)
-      if evaluate:
-        train = _mean(pending, names, stacked=task.scan_epoch)
-        _evaluate_and_save(task, mngr, writer, progress, state, step, train,
-                           interval_s, interval_steps, wd, good)
-        pending, interval_s, interval_steps = [], 0.0, 0
-  finally:
-    progress.close()
-  if stop.signum is not None and step < total:
-    last = mngr.latest_step()
-    name = signal.Signals(stop.signum).name
-    raise Stopped(
-        f"stopped by {name} at step {step} of {total}; "
-        + (f"the last checkpoint is step {last}" if last is not None
-           else "no checkpoint was written yet") +
-        ". Rerun the same command to resume", 128 + stop.signum)
-  _summary(task, writer, first, step, progress.train_s, time.perf_counter() - t_start,
-           opts.num_epochs)
-  return state
-
-
-class Stopped(UserError):
-  """A run stopped by a signal at a safe point; rerunning resumes it."""
-
-  def __init__(self, message: str, exit_code: int):
-    super().__init__(message)
-    self.exit_code = exit_code
-
-
-def _evaluate_and_save(task: Task, mngr, writer, progress: Progress, state, step: int,
-                       train: dict[str, float], seconds: float, steps: int, wd: Path,
-                       good: set[int]) -> None:
-  """Evaluates, appends the record, then writes the checkpoint. ``good``: the
-  steps whose records are all finite, this one added if it is."""
-  spe = task.steps_per_epoch
-  train = {f"train_{k}": v for k, v in train.items()}
-  bad = {k: v for k, v in train.items() if not np.isfinite(v)}
-  if bad:
-    where = (f"in epoch {-(-step // spe)} (steps {step - steps + 1}-{step})" if spe
-             else f"in steps {step - steps + 1}-{step}")
-    name, value = next(iter(bad.items()))
-    raise NonFiniteLossError(f"{name} is {value} {where}; stopped. {_kept(mngr, writer, wd, good)}")
-  metrics = {**train, "epoch_time_s": seconds,
-             "examples_per_sec": steps * task.examples_per_step / seconds}
-  metrics |= {k: float(v) for k, v in task.evaluate(state).items()}
-  # Metrics first, then the checkpoint: a run killed in between rewrites the
-  # metrics line on resume instead of losing it. (A checkpoint whose record is
-  # lost all the same is trained again: wdir.restore_latest.)
-  record = writer.write(step, _epoch_of(step, spe), metrics)
-  if rec.finite(record):
-    good.add(step)
-  wdir.save(mngr, step, state)
-  wdir.prune(mngr, KEEP_CHECKPOINTS, max((s for s in mngr.all_steps() if s in good), default=None))
-  shown = task.show or tuple(metrics)[:3]
-  progress.report(step, **{k: metrics[k] for k in shown if k in metrics})
-
-
-KEEP_CHECKPOINTS = 2  # the newest; and the newest with finite metrics (wdir.prune)
-
-
-def _kept(mngr, writer, wd: Path, good: set[int]) -> str:
-  """What a NaN stop leaves to go back to: the newest checkpoint whose metrics
-  are all finite, and any newer one, which holds a non-finite metric (its
-  state may hold the NaN that the next steps met)."""
-  steps = sorted(mngr.all_steps())
-  ok = [s for s in steps if s in good]
-  if not ok:
-    out = (f"No checkpoint with finite metrics was written: {wd} has none to resume from"
-           if steps else f"No checkpoint was written yet: {wd} has none to resume from")
-  else:
-    out = f"The last good checkpoint (step {ok[-1]}) is kept in {wd / 'checkpoints'}"
-  newer = [s for s in steps if not ok or s > ok[-1]]
-  if newer:
-    by_step = {r["step"]: r for r in writer.records}
-    what = [", ".join(f"{k}={v}" for k, v in by_step.get(s, {}).items()
-                      if isinstance(v, float) and not np.isfinite(v)) or "no record"
-            for s in newer]
-    out += "; " + "; ".join(f"checkpoint {s} after it has {w}" if ok else f"checkpoint {s} has {w}"
-                            for s, w in zip(newer, what))
-  return out
-
-
-# Better higher: metrics named with one of these, and correlations (SentEval's
-# SICK_r, SICK_rho) by their suffix. All others (losses, errors, MSE) lower.
-HIGHER_IS_BETTER = ("accuracy", "acc", "recall")
-CORRELATIONS = ("_r", "_rho")
-
-
-def higher_is_better(metric: str) -> bool:
-  return any(w in metric for w in HIGHER_IS_BETTER) or metric.endswith(CORRELATIONS)
-
-
-def _best(records: list[dict], key: str) -> tuple[float, int] | None:
-  vals = [(r[key], r["step"]) for r in records if key in r and np.isfinite(r[key])]
-  if not vals:
-    return None
-  pick = max if higher_is_better(key) else min
-  return pick(vals, key=lambda v: v[0])
-
-
-def _summary(task: Task, writer, first: int, step: int, train_s: float, total_s: float,
-             num_epochs: int | None) -> None:
-  if step == first:
-    why = ("the config asks for 0 steps" + (
-        f" (num_epochs={num_epochs})" if num_epochs is not None else "")
-        if task.num_steps == 0 else f"the run is already at step {step} of {task.num_steps}")
-    print(f"nothing was trained: {why}", flush=True)
-  records = writer.records
-  if not records:
-    return
-  last = records[-1]
-  shown = task.show or tuple(k for k in last if k not in ("step", "epoch", "wall_time"))[:3]
-  final = " ".join(f"{k}={last[k]:.4g}" for k in shown if k in last)
-  best = []
-  for k in shown:
-    b = _best(records, k)
-    if b is not None:
-      best.append(f"{k}={b[0]:.4g} (step {b[1]})")
-  trained = step - first
-  print(f"done: step {step} of {task.num_steps}"
-        + (f", {trained} trained here in {duration(train_s)} of training"
-           f" ({duration(total_s)} in all)" if trained else "")
-        + f" | final {final} | best {' '.join(best)}", flush=True)

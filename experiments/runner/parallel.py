@@ -17,17 +17,16 @@ TPU pods, Open MPI) or the environment (``JAX_COORDINATOR_ADDRESS``,
 the same global arrays; each puts only its own devices' part of each batch on
 them (:func:`shard_plan`). Orbax writes and reads the checkpoints from all of
 them; only process 0 takes the workdir's lock and writes config.json,
-metrics.jsonl, TensorBoard and figures (:func:`is_primary`).
+metrics.jsonl, TensorBoard and figures (:func:`is_primary`; the workdir's side
+is experiments/runner/workdir.py's ``claim`` and ``resume``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import os
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -256,66 +255,3 @@ def to_local(tree: Any) -> Any:
                                       impl=jax.random.key_impl(x))
     return jax.device_put(x.addressable_data(0), device)
   return jax.tree.map(local, tree)
-
-
-# --- Process 0 writes --------------------------------------------------------
-
-class _Follower:
-  """The workdir as a process other than 0 sees it: no lock, no config.json."""
-
-  def __init__(self, workdir: str | os.PathLike[str]):
-    self.path = Path(workdir).expanduser().absolute()
-
-  def create(self) -> Path:
-    barrier("lnorm_workdir_created")
-    return self.path
-
-  def __enter__(self) -> "_Follower":
-    return self
-
-  def __exit__(self, *exc) -> None:
-    pass
-
-
-@contextlib.contextmanager
-def run_dir(workdir: str, config, make: Callable[[str, Any], Any]) -> Iterator[Any]:
-  """``make(workdir, config)`` (the locked, checked workdir) on process 0; on
-  the others a view of the same path whose ``create`` waits for process 0's."""
-  if is_primary():
-    with make(workdir, config) as rd:
-      if jax.process_count() > 1:
-        create = rd.create
-
-        def create_then_release():
-          path = create()
-          barrier("lnorm_workdir_created")
-          return path
-        rd.create = create_then_release
-      yield rd
-  else:
-    with _Follower(workdir) as rd:
-      yield rd
-
-
-class Records:
-  """What the loop keeps of the metrics on processes other than 0: the records,
-  for the summary, and no files."""
-
-  def __init__(self, wd: Path, resume_step: int):
-    del wd, resume_step
-    self.records: list[dict] = []
-
-  def write(self, step: int, epoch, metrics: dict[str, Any]) -> dict[str, Any]:
-    record = {"step": int(step), **({} if epoch is None else {"epoch": epoch}),
-              **{k: float(v) for k, v in metrics.items()}}
-    self.records.append(record)
-    return record
-
-  def close(self) -> None:
-    pass
-
-
-def metrics_writer(make: Callable[[Path, int], Any], wd: Path, resume_step: int) -> Any:
-  """``make(wd, resume_step)`` (metrics.jsonl, TensorBoard) on process 0;
-  records kept in memory elsewhere."""
-  return make(wd, resume_step) if is_primary() else Records(wd, resume_step)

@@ -2,15 +2,19 @@
 
 On a terminal, a tqdm bar (on stderr) that moves after every jitted call; in a
 log file, a plain line at most every ``every_s`` seconds. Either way, one line
-per evaluation on stdout.
+per evaluation on stdout, framed by the run's first line (fresh or resumed:
+:meth:`Progress.begin`) and its last (the summary: :meth:`Progress.done`).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
 from tqdm import tqdm
+
+from experiments.runner.records import higher_is_better
 
 
 def epochs(steps: int, steps_per_epoch: int) -> str:
@@ -46,6 +50,17 @@ class Progress:
     if sys.stderr.isatty() and total_steps > first_step:
       self.bar = tqdm(total=total_steps, initial=first_step, unit="step",
                       dynamic_ncols=True, file=sys.stderr, leave=False)
+
+  def begin(self) -> None:
+    """The line that says where the run starts: afresh, or resumed (where)."""
+    total, first, spe, n = self.total, self.first, self.spe, self.num_epochs
+    if first == 0:
+      print(f"fresh run: {total} steps" + (f" ({epochs(total, spe)})" if spe else ""),
+            flush=True)
+      return
+    where = "" if not spe else (f" (epoch {first // spe} of {n} done)" if first % spe == 0
+                                else f" (in epoch {first // spe + 1} of {n})")
+    print(f"resuming from step {first} of {total}{where}", flush=True)
 
   def rate(self) -> float:
     return (self.step - self.first) / self.train_s if self.train_s > 0 else 0.0
@@ -88,3 +103,37 @@ class Progress:
   def close(self) -> None:
     if self.bar is not None:
       self.bar.close()
+
+  def done(self, records: list[dict], show: tuple[str, ...], total_s: float,
+           num_epochs: int | None) -> None:
+    """The run's last line: the steps trained here and how long they took, and
+    the final and best of the ``show`` metrics (default: the first three)."""
+    first, step = self.first, self.step
+    if step == first:
+      why = ("the config asks for 0 steps" + (
+          f" (num_epochs={num_epochs})" if num_epochs is not None else "")
+          if self.total == 0 else f"the run is already at step {step} of {self.total}")
+      print(f"nothing was trained: {why}", flush=True)
+    if not records:
+      return
+    last = records[-1]
+    shown = show or tuple(k for k in last if k not in ("step", "epoch", "wall_time"))[:3]
+    final = " ".join(f"{k}={last[k]:.4g}" for k in shown if k in last)
+    best = []
+    for k in shown:
+      b = _best(records, k)
+      if b is not None:
+        best.append(f"{k}={b[0]:.4g} (step {b[1]})")
+    trained = step - first
+    print(f"done: step {step} of {self.total}"
+          + (f", {trained} trained here in {duration(self.train_s)} of training"
+             f" ({duration(total_s)} in all)" if trained else "")
+          + f" | final {final} | best {' '.join(best)}", flush=True)
+
+
+def _best(records: list[dict], key: str) -> tuple[float, int] | None:
+  vals = [(r[key], r["step"]) for r in records if key in r and math.isfinite(r[key])]
+  if not vals:
+    return None
+  pick = max if higher_is_better(key) else min
+  return pick(vals, key=lambda v: v[0])

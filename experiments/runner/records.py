@@ -79,6 +79,16 @@ def read(path: Path) -> tuple[list[dict], list[int]]:
   return records, damaged
 
 
+# Better higher: metrics named with one of these, and correlations (SentEval's
+# SICK_r, SICK_rho) by their suffix. All others (losses, errors, MSE) lower.
+HIGHER_IS_BETTER = ("accuracy", "acc", "recall")
+CORRELATIONS = ("_r", "_rho")
+
+
+def higher_is_better(metric: str) -> bool:
+  return any(w in metric for w in HIGHER_IS_BETTER) or metric.endswith(CORRELATIONS)
+
+
 def finite(record: dict) -> bool:
   """Whether every number in ``record`` is finite."""
   return all(math.isfinite(v) for v in record.values() if isinstance(v, (int, float)))

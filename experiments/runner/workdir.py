@@ -15,17 +15,28 @@ config.json belongs to the run's start: a resume records what it ran with
 (the commit, the packages, the host, and config fields the record lacks or
 that moved, as ``data_dir``) under ``resumed_with``, never over the record.
 metrics.jsonl's form is experiments/runner/records.py's.
+
+The run loop comes here twice, in this order (experiments/runner/loop.py):
+:func:`claim`, before the data loads (the workdir checked and locked, nothing
+written), and :func:`resume`, once the fresh state is built (the workdir made,
+config.json written, the newest recorded checkpoint restored, the metrics
+writer opened; :class:`Resumed` then records and checkpoints each
+evaluation). With several processes only process 0 takes the lock and writes
+config.json, metrics.jsonl and TensorBoard; all of them write and read the
+checkpoints (Orbax).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import importlib.metadata
 import io
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -35,12 +46,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Container, Iterator
+from typing import Any, Container, Iterator, Mapping
 
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
 
+from experiments.runner import parallel
 from experiments.runner import records as rec
 from experiments.runner.errors import ConfigError, UserError
 
@@ -350,6 +362,7 @@ class RunDir:
         self.close()
         shutil.rmtree(self.path, ignore_errors=True)
       raise
+    parallel.barrier("lnorm_workdir_created")  # the other processes wait for it
     return self.path
 
   def _write_record(self, old_record: dict | None, cfg: dict) -> None:
@@ -401,7 +414,8 @@ class MetricsWriter:
   strict form) and the same scalars to TensorBoard. On resume, records past
   the restored step are dropped (the run writes them again), and so are
   damaged lines (the loop has checked that none of them is a record the run
-  keeps: :func:`check_records`)."""
+  keeps: :func:`check_records`). ``resume_step`` -1 keeps no record: a
+  one-shot run's record replaces the one before (:func:`record_once`)."""
 
   def __init__(self, wd: Path, resume_step: int):
     self.path = wd / rec.METRICS
@@ -648,6 +662,157 @@ def announce(config: ml_collections.ConfigDict, path: Path, data_dir: str | None
   print(f"{config.get('experiment', '?')}: workdir {path}"
         + (f" | data {data_dir}" if data_dir is not None else "")
         + f" | devices {devices}", flush=True)
+
+
+# --- A run's two visits: claim, then resume ------------------------------------
+
+@contextlib.contextmanager
+def claim(workdir: str, config: ml_collections.ConfigDict, data_dir: str | None = None
+          ) -> Iterator[RunDir | _Follower]:
+  """The run's workdir, checked and locked (:class:`RunDir`), nothing written
+  yet, and the run announced. ``data_dir``: the config's, recorded resolved in
+  config.json (None: the run reads no data folder). On processes other than 0
+  a view of the same path whose ``create`` waits for process 0's."""
+  if data_dir is not None:
+    from lnorm.data import resolve_data_dir  # pylint: disable=g-import-not-at-top
+    # Recorded as resolved: '' would lose $LNORM_DATA_DIR.
+    data_dir = str(resolve_data_dir(data_dir).absolute())
+  with (RunDir(workdir, config, data_dir) if parallel.is_primary() else _Follower(workdir)
+        ) as rd:
+    announce(config, rd.path, data_dir)
+    yield rd
+
+
+class _Follower:
+  """The workdir as a process other than 0 sees it: no lock, no config.json."""
+
+  def __init__(self, workdir: str | os.PathLike[str]):
+    self.path = Path(workdir).expanduser().absolute()
+
+  def create(self) -> Path:
+    parallel.barrier("lnorm_workdir_created")
+    return self.path
+
+  def __enter__(self) -> "_Follower":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    pass
+
+
+KEEP_CHECKPOINTS = 2  # the newest; and the newest with finite metrics (prune)
+
+
+@dataclasses.dataclass
+class Resumed:
+  """A run's workdir once :func:`resume` has made it: where the run starts
+  (``state`` at ``step``; 0 and the fresh state for a new run), its records,
+  and the checkpoints."""
+  path: Path
+  state: Any
+  step: int
+  mngr: ocp.CheckpointManager
+  writer: Any  # MetricsWriter (process 0), _Records (the others)
+  good: set[int]  # the steps whose records are all finite
+
+  @property
+  def records(self) -> list[dict]:
+    return self.writer.records
+
+  def latest_step(self) -> int | None:
+    return self.mngr.latest_step()
+
+  def record(self, step: int, epoch: int | float | None, metrics: dict[str, float],
+             state: Any) -> dict[str, Any]:
+    """Appends the record of ``step``, then writes its checkpoint, keeping the
+    :data:`KEEP_CHECKPOINTS` newest and the newest whose record is all finite.
+    Metrics first: a run killed in between rewrites the metrics line on resume
+    instead of losing it (a checkpoint whose record is lost all the same is
+    trained again: :func:`drop_unrecorded`)."""
+    record = self.writer.write(step, epoch, metrics)
+    if rec.finite(record):
+      self.good.add(step)
+    save(self.mngr, step, state)
+    prune(self.mngr, KEEP_CHECKPOINTS,
+          max((s for s in self.mngr.all_steps() if s in self.good), default=None))
+    return record
+
+  def kept(self) -> str:
+    """What a NaN stop leaves to go back to: the newest checkpoint whose metrics
+    are all finite, and any newer one, which holds a non-finite metric (its
+    state may hold the NaN that the next steps met)."""
+    wd, steps = self.path, sorted(self.mngr.all_steps())
+    ok = [s for s in steps if s in self.good]
+    if not ok:
+      out = (f"No checkpoint with finite metrics was written: {wd} has none to resume from"
+             if steps else f"No checkpoint was written yet: {wd} has none to resume from")
+    else:
+      out = f"The last good checkpoint (step {ok[-1]}) is kept in {wd / 'checkpoints'}"
+    newer = [s for s in steps if not ok or s > ok[-1]]
+    if newer:
+      by_step = {r["step"]: r for r in self.records}
+      what = [", ".join(f"{k}={v}" for k, v in by_step.get(s, {}).items()
+                        if isinstance(v, float) and not math.isfinite(v)) or "no record"
+              for s in newer]
+      out += "; " + "; ".join(f"checkpoint {s} after it has {w}" if ok
+                              else f"checkpoint {s} has {w}" for s, w in zip(newer, what))
+    return out
+
+
+@contextlib.contextmanager
+def resume(rd: RunDir | _Follower, fresh: Any) -> Iterator[Resumed]:
+  """The run's start in its claimed workdir: made, config.json written, room
+  for a checkpoint of ``fresh`` (the state of step 0) checked, the newest
+  checkpoint that restores and has its record restored, and the metrics
+  writer opened at it. A checkpoint is only as good as its record: one whose
+  line in metrics.jsonl is damaged or missing is trained again
+  (:func:`drop_unrecorded`). Closes the writer and the checkpoints after."""
+  wd = rd.create()
+  check_room(wd, fresh)
+  # The run keeps the two newest checkpoints and the newest whose metrics are
+  # all finite (Resumed.record), so it does its own pruning.
+  mngr = checkpoint_manager(wd, max_to_keep=None)
+  try:
+    records, _ = rec.read(wd / rec.METRICS)
+    parallel.barrier("lnorm_records_read")  # before process 0 rewrites the file
+    drop_unrecorded(mngr, {r["step"] for r in records})
+    state, step = restore_latest(mngr, fresh)
+    check_records(wd, step)  # again, if a damaged checkpoint moved it back
+    good = {r["step"] for r in records if r["step"] <= step and rec.finite(r)}
+    writer = MetricsWriter(wd, step) if parallel.is_primary() else _Records()
+    try:
+      yield Resumed(wd, state, step, mngr, writer, good)
+    finally:
+      writer.close()
+  finally:
+    close_manager(mngr)
+
+
+class _Records:
+  """What a process other than 0 keeps of the metrics: the records, for the
+  summary, and no files."""
+
+  def __init__(self):
+    self.records: list[dict] = []
+
+  def write(self, step: int, epoch, metrics: dict[str, Any]) -> dict[str, Any]:
+    record = {"step": int(step), **({} if epoch is None else {"epoch": epoch}),
+              **{k: float(v) for k, v in metrics.items()}}
+    self.records.append(record)
+    return record
+
+  def close(self) -> None:
+    pass
+
+
+def record_once(wd: Path, metrics: Mapping[str, float]) -> dict[str, Any]:
+  """A one-shot run's measurements as the one record of its metrics.jsonl
+  (step 0, epoch 0), replacing any earlier run's (process 0 writes it)."""
+  writer = MetricsWriter(wd, resume_step=-1) if parallel.is_primary() else _Records()
+  try:
+    return writer.write(0, 0, dict(metrics))
+  finally:
+    writer.close()
 
 
 @contextlib.contextmanager
