@@ -1,9 +1,14 @@
 """Table 1 (section 5.1), measured: which transformations leave the normalized
-summed inputs ``h = gain * norm(x W) + bias`` unchanged."""
+summed inputs ``h = gain * norm(x W) + bias`` unchanged.
+
+A one-shot run: it trains nothing, and goes through the run's shared output
+(``loop.run_once``: the workdir's checks and lock, config.json, and every
+cell as the one record of metrics.jsonl), with the tables in table1.md."""
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Callable
 
 import flax.linen as nn
@@ -12,6 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from experiments.runner import loop
 from experiments.runner import workdir as wdir
 from experiments.runner.errors import check, check_common
 from lnorm import recurrent
@@ -187,44 +193,52 @@ def to_markdown(changes: dict[str, list[float]], tolerance: float,
   return "\n".join(lines) + "\n"
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> None:
+def validate(config: ml_collections.ConfigDict) -> None:
   check_common(config, lambda norm: norm == "all" or layers.accept(norm))
   check(config.num_trials >= 1, f"num_trials={config.num_trials} must be at least 1")
   check(config.batch_size >= 2, "batch_size must be at least 2: batch norm needs a batch")
   check(config.data_scale > 0, f"data_scale={config.data_scale} must be positive")
   check(config.small_data_scale >= 0,
         f"small_data_scale={config.small_data_scale} must be 0 (none) or positive")
-  with wdir.opened(workdir, config) as wd:
-    changes, smallest = measure(config)
-    tol, eps, s = config.tolerance, config.eps, config.data_scale
-    md = ("# Table 1: invariance of the normalized summed inputs\n\n"
-          f"Largest relative change max|h' - h| / max|h| over {config.num_trials} random "
-          f"layers ({config.input_dim} inputs, {config.features} units, batch "
-          f"{config.batch_size}, eps={eps}, data scale {s:g}: inputs {s:g} * N(mu, sigma^2), "
-          f"mu ~ N(0, 2) and sigma ~ U(0.5, 2) per layer); `Invariant` below {tol}.\n\n"
-          + to_markdown(changes, tol))
-    md += "\nSame as the paper's Table 1: " + paper_agreement(changes, tol) + "\n"
-    md += ("\nThe invariances hold up to terms of order eps / v, v the statistic a norm "
-           "adds eps to (the summed inputs' variance per example for layer norm, per unit "
-           "for batch norm; their mean square for RMS norm; weight norm adds its own eps "
-           "to the weights). Smallest v / eps over every layer, before and after each "
-           f"transformation: {smallest_markdown(smallest, eps)}.\n")
-    if config.small_data_scale:
-      md += _small_scale_markdown(config, changes)
-    rnn = recurrent_changes(config)
-    md += ("\n## Recurrent cells: change of the hidden-state sequence\n\n"
-           f"Largest relative change of h_1..h_{config.rnn_steps} ({config.rnn_features} "
-           f"units, zero initial state) when every input kernel (W_x) or recurrent kernel "
-           "(W_h) is re-scaled or re-centred as a whole. With h_0 = 0 the summed inputs "
-           "W_h h of the first steps have a tiny variance, so eps is not negligible there.\n\n"
-           + rnn_markdown(rnn, config.tolerance))
-    wdir.write_atomic(wd / "table1.md", md)
-    writer = wdir.MetricsWriter(wd, resume_step=0)
-    writer.write(0, 0, {f"{n}/{c}": v for n, row in changes.items()
-                        for (c, _), v in zip(COLUMNS, row)}
-                 | {f"{n}/{c}": v for n, row in rnn.items() for c, v in row.items()})
-    writer.close()
-    print(md)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Measures once, trains nothing: a one-shot run (loop.run_once), whose
+  record in metrics.jsonl holds every cell; the tables go to table1.md."""
+  validate(config)
+  return loop.run_once(config, workdir, functools.partial(write_tables, config))
+
+
+def write_tables(config: ml_collections.ConfigDict, wd: Path) -> dict[str, float]:
+  """Measures the feed-forward and recurrent tables, writes them to
+  ``wd/table1.md`` and prints them; returns every cell, ``norm/column``."""
+  changes, smallest = measure(config)
+  tol, eps, s = config.tolerance, config.eps, config.data_scale
+  md = ("# Table 1: invariance of the normalized summed inputs\n\n"
+        f"Largest relative change max|h' - h| / max|h| over {config.num_trials} random "
+        f"layers ({config.input_dim} inputs, {config.features} units, batch "
+        f"{config.batch_size}, eps={eps}, data scale {s:g}: inputs {s:g} * N(mu, sigma^2), "
+        f"mu ~ N(0, 2) and sigma ~ U(0.5, 2) per layer); `Invariant` below {tol}.\n\n"
+        + to_markdown(changes, tol))
+  md += "\nSame as the paper's Table 1: " + paper_agreement(changes, tol) + "\n"
+  md += ("\nThe invariances hold up to terms of order eps / v, v the statistic a norm "
+         "adds eps to (the summed inputs' variance per example for layer norm, per unit "
+         "for batch norm; their mean square for RMS norm; weight norm adds its own eps "
+         "to the weights). Smallest v / eps over every layer, before and after each "
+         f"transformation: {smallest_markdown(smallest, eps)}.\n")
+  if config.small_data_scale:
+    md += _small_scale_markdown(config, changes)
+  rnn = recurrent_changes(config)
+  md += ("\n## Recurrent cells: change of the hidden-state sequence\n\n"
+         f"Largest relative change of h_1..h_{config.rnn_steps} ({config.rnn_features} "
+         f"units, zero initial state) when every input kernel (W_x) or recurrent kernel "
+         "(W_h) is re-scaled or re-centred as a whole. With h_0 = 0 the summed inputs "
+         "W_h h of the first steps have a tiny variance, so eps is not negligible there.\n\n"
+         + rnn_markdown(rnn, config.tolerance))
+  wdir.write_atomic(wd / "table1.md", md)
+  print(md)
+  return ({f"{n}/{c}": v for n, row in changes.items() for (c, _), v in zip(COLUMNS, row)}
+          | {f"{n}/{c}": v for n, row in rnn.items() for c, v in row.items()})
 
 
 def _small_scale_markdown(config, changes: dict[str, list[float]]) -> str:

@@ -146,3 +146,26 @@ def test_the_workdir_is_locked_while_it_measures(config, tmp_path, monkeypatch, 
       inv.train_and_evaluate(config, str(tmp_path))
   finally:
     os.close(fd)
+
+
+@pytest.mark.slow
+def test_a_one_shot_run_writes_the_shared_output_and_a_rerun_replaces_its_record(
+    config, tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  from experiments.runner import records  # pylint: disable=g-import-not-at-top
+  record = inv.train_and_evaluate(config, str(tmp_path))
+  written = json.loads((tmp_path / "config.json").read_text())
+  assert written["config"]["num_trials"] == config.num_trials and written["git_commit"]
+  assert "data_dir" in written["config"] and written["config"]["data_dir"] == ""  # reads none
+  lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+  assert len(lines) == 1 and records.decode(lines[0]) == record
+  assert record["step"] == 0 and record["epoch"] == 0
+  cells = {k: v for k, v in record.items() if "/" in k}
+  rnn_rows = sum(len(config.rnn_eps) if n != "none" else 1 for _, n in inv.RNN_CELLS.values())
+  assert len(cells) == len(inv.ROWS) * len(inv.COLUMNS) + rnn_rows * len(inv.RNN_COLUMNS)
+  assert f"| {inv.norms.label('layer')} |" in (tmp_path / "table1.md").read_text()
+  assert records.finished(tmp_path, num_epochs=0)
+  again = inv.train_and_evaluate(config, str(tmp_path))  # measured again: the one record
+  lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+  assert len(lines) == 1 and {k: v for k, v in records.decode(lines[0]).items() if "/" in k} == \
+      {k: v for k, v in again.items() if "/" in k} == cells

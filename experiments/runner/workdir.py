@@ -813,11 +813,3 @@ def record_once(wd: Path, metrics: Mapping[str, float]) -> dict[str, Any]:
     return writer.write(0, 0, dict(metrics))
   finally:
     writer.close()
-
-
-@contextlib.contextmanager
-def opened(workdir: str, config: ml_collections.ConfigDict) -> Iterator[Path]:
-  """For a one-shot experiment (no training): the created workdir, locked."""
-  with RunDir(workdir, config) as rd:
-    announce(config, rd.path)
-    yield rd.create()
