@@ -423,16 +423,19 @@ def cases(tmp: Path, data: Path, mount: bool) -> list[Callable[[], Outcome]]:
     w = wd("nanjson")
     r = train(w, "--config.learning_rate=1e30", "--config.norm=none",
               "--config.eval_every_steps=5")
-    bad = []
+    bad, lines = [], []
     if (w / "metrics.jsonl").exists():
-      for line in (w / "metrics.jsonl").read_text().splitlines():
+      lines = (w / "metrics.jsonl").read_text().splitlines()
+      for line in lines:
         try:
           json.loads(line, parse_constant=lambda c: bad.append(c))
         except ValueError:
           bad.append(line[:40])
     return outcome("loss becomes NaN: the records stay strict JSON", "fault", r,
                    silent=bool(bad), note=f"bare {bad[0]!r} in metrics.jsonl" if bad
-                   else "metrics.jsonl parses as strict JSON (null, with the value named)")
+                   else f"metrics.jsonl's {len(lines)} record(s) parse as strict JSON; a "
+                   "non-finite metric is written null, its value named under 'nonfinite' "
+                   "(tests/test_run_faults.py)")
   case(nan_strict_json)
 
   # -- Damaged data: every file a loader reads is checked, and named. ---------
