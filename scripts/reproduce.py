@@ -11,6 +11,8 @@ r"""One command per table or figure of the paper.
   python scripts/reproduce.py table2   [--preset ...]   # Table 2, Figure 1, order embeddings (stand-in images)
   python scripts/reproduce.py geometry                  # section 5.2, Fisher of normalized GLMs
   python scripts/reproduce.py transformer [--preset cpu] # beyond the paper: norms in a byte Transformer
+  python scripts/reproduce.py norms --preset cpu [--tasks T,...] [--norms N,...] [--plan]
+                                                        # every norm on every task (issue 62)
 
 Each run goes through ``experiments.main`` into ``<runs_dir>/<target>/<preset>/<run>``
 (rerunning the command resumes there), then its config.json, metrics.jsonl
@@ -58,6 +60,7 @@ sys.path.insert(0, str(REPO))
 from scripts.paper import convnet, fig2, fig4, fig5, fig6, geometry, table1, table2, table3  # noqa: E402
 from lnorm.data import DataError  # noqa: E402
 from scripts.paper import transformer  # noqa: E402
+from scripts.paper import norms as norms_study  # noqa: E402
 from scripts.paper import verdicts  # noqa: E402
 from scripts.paper.runs import check_writable, out_dir, results_dir  # noqa: E402
 
@@ -66,9 +69,9 @@ from scripts.paper.runs import check_writable, out_dir, results_dir  # noqa: E40
 TARGETS = {"table1": table1.table1, "fig6_lr": fig6.fig6_lr, "fig6": fig6.fig6,
            "convnet": convnet.convnet, "fig4": fig4.fig4, "fig2": fig2.fig2, "fig5": fig5.fig5,
            "geometry": geometry.geometry, "table2": table2.table2, "table3": table3.table3,
-           "transformer": transformer.transformer}
+           "transformer": transformer.transformer, "norms": norms_study.norms_study}
 # Targets whose tables and figures report every seed's runs (--seeds N > 1).
-SEEDED = {"fig6", "convnet", "fig4", "fig2", "fig5", "table2", "table3", "transformer"}
+SEEDED = {"fig6", "convnet", "fig4", "fig2", "fig5", "table2", "table3", "transformer", "norms"}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,6 +91,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--adopt_results", action="store_true",
                  help="take a finished record in the results folder as done (runs of an "
                       "earlier sitting)")
+  p.add_argument("--tasks", default=None,
+                 help="norms: comma-separated tasks, a part of the grid (default all)")
+  p.add_argument("--norms", default=None,
+                 help="norms: comma-separated norms of the registry, or package.module:Name "
+                      "(default every norm each task's model accepts)")
+  p.add_argument("--plan", action="store_true",
+                 help="norms: print each task's runs and estimated hours, and run nothing")
   args = p.parse_args(argv)
   if args.jobs < 1:
     p.error(f"--jobs must be at least 1, got {args.jobs}")
@@ -96,6 +106,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
   if args.seeds > 1 and args.target not in SEEDED:
     p.error(f"--seeds is not supported by {args.target}; targets with seeds: "
             f"{', '.join(sorted(SEEDED))}")
+  if (args.tasks or args.norms or args.plan) and args.target != "norms":
+    p.error("--tasks, --norms and --plan are the norms target's")
   if (args.only or args.adopt_results) and args.target == "geometry":
     p.error("--only and --adopt_results are for targets that train runs; geometry trains none")
   return args

@@ -138,6 +138,11 @@ def run_all(args, config: str, runs: dict, keep=(), optional=(), stops=None,
       if log or rc in stops:
         print(f"{what}: {name}" + (f" (log: {log.name})" if log else ""), flush=True)
       wd = workdir(args, name)
+      if rc in stops and not (wd / stops[rc]).exists() and (wd / "config.json").exists():
+        # An experiment that writes no record of its stop (the classifiers'
+        # NaN stop, exit 3): the exit status is the record, its metrics the
+        # evaluations before the stop.
+        (wd / stops[rc]).write_text(json.dumps({"exit_status": rc}) + "\n")
       if what == "failed":
         holder = lock_holder(wd)
         failed[name] = in_use(name, wd, holder) if holder is not None else None

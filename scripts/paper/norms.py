@@ -1,0 +1,807 @@
+"""Every norm on every task (issue 62): one grid, a leaderboard, and verdicts
+on the published claims about normalizations.
+
+  python scripts/reproduce.py norms --preset cpu --seeds 3 [--tasks a,b] [--norms x,y] [--plan]
+
+The tasks (``TASKS``): the PI-MNIST MLP at batch 128 and 4, the ConvNet at
+batch 64 and 4, handwriting's LSTMs (a shortened run), and the byte
+Transformer at 2 and 12 layers. A task's norms are not listed here: they are
+every norm of the registry (lnorm/norms.py) that its model accepts, asked of
+the model itself (``Task.accepted``), so a norm registered later, a user's
+included (``--norms mypackage.norms:MyNorm``), joins every task with a site
+for it. ``--norms`` keeps a subset (each checked against the registry),
+``--tasks`` a subset of the tasks.
+
+The Transformer's grid: every placement of lnorm/transformer.py but ``none``
+crossed with every norm it accepts, plus the unnormalized model (GPT-2's
+scaled init, as scripts/paper/transformer.py), and ``qk_norm`` on with
+pre-norm, each over the learning rates ``RATES`` (33x), without warm-up (the
+setting of DeepNorm's claim, and the harder test for every placement). Each
+variant's learning-rate sensitivity (Wortsman et al. 2023) comes from its
+sweep: ``lr_sensitivity``.
+
+The grid is ~20 machine-hours at the cpu preset on 2 cores: it runs in parts
+(``--only`` with names from ``--plan``; a later sitting's
+``--adopt_results``). results.md tables every whole record in the results
+folder and lists the runs still to come; ``redraw.py norms --preset cpu``
+rebuilds its figures from the committed records, whole or partial.
+
+A run whose loss turns NaN is a result: the Transformer writes diverged.json
+itself; the other experiments stop with exit status 3, which
+``runs.run_all`` records as diverged.json (``{"exit_status": 3}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from experiments.runner import figures
+from lnorm import norms
+from scripts.paper import inputs
+from scripts.paper import runs as R
+from scripts.paper import verdicts
+
+DIVERGED, GRAD_NORMS, NONFINITE_EXIT = "diverged.json", "grad_norms.json", 3
+# The Transformer's learning-rate sweep: 4 rates spanning 33x around the
+# transformer target's 1e-3 (Adam, no warm-up).
+RATES = (3e-4, 1e-3, 3e-3, 1e-2)
+REF_RATE = 1e-3  # the rate of the Transformer's "updates to none's final" and gradient columns
+# Wortsman et al.'s l_0, the loss at initialisation, in bits per byte: the
+# runs record no step-0 evaluation, and a model at init predicts bytes near
+# uniformly (8 bits); a diverged run's loss counts as this.
+INIT_BPC = 8.0
+QK_DEPTHS = (2,)  # qk_norm on is run at these depths only (cut to fit: see PLAN_NOTE)
+OVERHEAD_S = 30.0  # a run's start, compile and data load (a guess; the plan says so)
+EVAL_S = 5.0       # an evaluation's seconds (a guess)
+BENCH = ("awaits benchmark: no idle benchmark of every norm in these models is recorded "
+         "(`python -m scripts.bench.transformer --preset cpu --repeats 7` times the "
+         "Transformer's; the MLP, ConvNet and LSTM have none yet)")
+
+
+# -- The tasks -----------------------------------------------------------------
+
+def _takes(accept: Callable[[str], object]) -> tuple[str, ...]:
+  """The registered norms ``accept`` (a model's one-line check) lets through."""
+  out = []
+  for n in norms.names():
+    try:
+      accept(n)
+    except ValueError:
+      continue
+    out.append(n)
+  return tuple(out)
+
+
+def _dense_norms() -> tuple[str, ...]:
+  from lnorm import layers  # pylint: disable=g-import-not-at-top
+  return layers.accepted()
+
+
+def _lstm_norms() -> tuple[str, ...]:
+  from lnorm import handwriting  # pylint: disable=g-import-not-at-top
+  return _takes(handwriting.accept)
+
+
+def _sublayer_norms() -> tuple[str, ...]:
+  from lnorm import transformer  # pylint: disable=g-import-not-at-top
+  return transformer.accepted()
+
+
+def _mnist_rate(norm: str, batch: int) -> float:
+  """The searched rate of (norm, batch) (configs/pi_mnist.py); layer norm's at
+  that batch for a norm the search did not cover (said in the table)."""
+  from configs import pi_mnist  # pylint: disable=g-import-not-at-top
+  key = (norm, batch) if (norm, batch) in pi_mnist.LEARNING_RATES else (norms.LAYER, batch)
+  return pi_mnist.LEARNING_RATES[key]
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  name: str
+  config: str
+  title: str
+  accepted: Callable[[], tuple[str, ...]]  # the registry's norms the model takes
+  presets: dict                            # preset -> overrides every run shares
+  metric: str                              # the table's metric (lower is better)
+  metric_label: str
+  speed: str                               # "updates to reach none's final" of this metric
+  fmt: str = ".4f"
+  layers: int = 0                          # the Transformer's depth; 0: not a Transformer
+  rate: Callable[[str, dict], float] | None = None  # (norm, fields) -> learning rate
+
+  def fields(self, preset: str) -> dict:
+    if preset not in self.presets:
+      sys.exit(f"error: the norms study has no {preset} preset for {self.name}; "
+               f"choose one of: {', '.join(self.presets)}")
+    return dict(self.presets[preset])
+
+
+def _mnist(batch: int, epochs: int) -> Task:
+  return Task(f"pi_mnist_b{batch}", "configs/pi_mnist.py",
+              f"PI-MNIST MLP (784-1000-1000-10), batch {batch}", _dense_norms,
+              {"cpu": {"batch_size": batch, "num_epochs": epochs},
+               "smoke": {"batch_size": batch}},
+              "test_error", "test error", "train_nll",
+              rate=lambda n, f: _mnist_rate(n, f["batch_size"]))
+
+
+def _convnet(batch: int, train: int, epochs: int) -> Task:
+  return Task(f"convnet_b{batch}", "configs/convnet.py",
+              f"ConvNet (16, 32 channels, 128 units) on MNIST, batch {batch}", _dense_norms,
+              {"cpu": {"batch_size": batch, "num_train": train, "num_epochs": epochs},
+               "smoke": {"batch_size": batch}},
+              "test_error", "test error", "train_nll")
+
+
+def _transformer(layers: int, steps: int, every: int) -> Task:
+  cpu = {"num_layers": layers, "num_steps": steps, "eval_every_steps": every,
+         "num_eval_windows": 256, "warmup_steps": 0}
+  return Task(f"transformer_L{layers}", "configs/transformer.py",
+              f"Byte Transformer LM, {layers} layers of width 64", _sublayer_norms,
+              {"cpu": cpu, "smoke": {"num_layers": layers, "warmup_steps": 0}},
+              "valid_bpc", "valid bpc", "valid_bpc", fmt=".3f", layers=layers)
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    _mnist(128, 3), _mnist(4, 2),
+    _convnet(64, 15000, 3), _convnet(4, 10000, 2),
+    Task("handwriting", "configs/handwriting.py",
+         "Handwriting (3 LSTMs of 128, IAM-OnDB), 500 updates", _lstm_norms,
+         {"cpu": {"num_steps": 500, "eval_every_steps": 125, "num_eval": 128,
+                  "num_samples": 0},
+          "smoke": {"num_samples": 0}},
+         "valid_nll", "valid NLL (nats a line)", "valid_nll", fmt=".1f"),
+    _transformer(2, 300, 100), _transformer(12, 250, 125))}
+
+PLAN_NOTE = (
+    "What was cut to fit ~20 machine-hours on 2 cores (the cpu preset): the MLP trains 3 "
+    "epochs at batch 128 and 2 at batch 4 (Figure 6's cpu preset: 10); the ConvNet 3 epochs "
+    "of 15,000 images at batch 64 and 2 epochs of 10,000 at batch 4 (its cpu preset: 3 of "
+    "55,000); handwriting 500 updates (its cpu preset: 6,055) evaluated on 128 lines; the "
+    "Transformer 300 updates at 2 layers and 250 at 12 (its target: 2,000) without warm-up, "
+    "validated on 256 windows, and `qk_norm` on only with pre-norm and only at 2 layers. One learning rate a norm outside the Transformer "
+    "(the searched one where Figure 6's search covered the norm, else layer norm's; the "
+    "ConvNet's and handwriting's presets' own): a norm that wants another rate is at a "
+    "disadvantage there, which the Transformer's sweep measures.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One run of the grid, before seeds: a task's norm (and, for the
+  Transformer, its placement, qk_norm and learning rate)."""
+  task: str
+  norm: str            # the registered name
+  position: str = ""   # the Transformer's norm_position
+  qk: bool = False
+  lr: float = 0.0
+
+  def name(self) -> str:
+    if not self.position:
+      return f"{self.task}_{self.norm}"
+    return f"{self.task}_{self.position}_{self.norm}{'_qk' if self.qk else ''}_lr{self.lr:g}"
+
+  def label(self) -> str:
+    base = norms.label(self.norm)
+    if not self.position:
+      return base
+    if self.position == "none":
+      return "no norm" + (f" (qk {base})" if self.qk else "")
+    return f"{self.position}, {base}" + (", qk-norm" if self.qk else "")
+
+  def overrides(self, task: Task, preset: str) -> dict:
+    o = {**task.fields(preset), "norm": spec(self.norm)}
+    if task.rate is not None:
+      o["learning_rate"] = task.rate(self.norm, o)
+    if self.position:
+      o.update(norm_position=self.position, qk_norm=self.qk, learning_rate=self.lr)
+      if self.position == "none" and not self.qk:
+        o["scaled_residual_init"] = True  # GPT-2's init: as the transformer target's no norm
+    return o
+
+
+def spec(name: str) -> str:
+  """What a run's config names the norm by: its name for lnorm's own, else
+  ``module:Attr`` where the registered Norm lives, so that the run's process
+  (another Python) imports and registers it too."""
+  nm = norms.get(name)
+  f = nm.fn or nm.kernel
+  where = f.__module__ if f is not None else "lnorm.norms"  # none, batch: lnorm's own
+  if where.split(".")[0] == "lnorm":
+    return nm.name
+  mod = sys.modules.get(where)
+  for attr, value in vars(mod or object()).items():
+    if value is nm:
+      return f"{mod.__name__}:{attr}"
+  sys.exit(f"error: norm {nm.name!r} is registered in this process only; name it in --norms "
+           "as package.module:Name so that each run can import it")
+
+
+def choose(args) -> tuple[list[Task], tuple[str, ...] | None]:
+  """The tasks and norms of ``--tasks`` / ``--norms`` (None: every registered
+  norm), each checked in one line."""
+  tasks = list(TASKS.values())
+  if getattr(args, "tasks", None):
+    asked = [t for t in args.tasks.split(",") if t]
+    bad = [t for t in asked if t not in TASKS]
+    if bad:
+      sys.exit(f"error: --tasks {','.join(bad)}: no such task; choose from: {', '.join(TASKS)}")
+    tasks = [TASKS[t] for t in asked]
+  chosen = None
+  if getattr(args, "norms", None):
+    try:
+      chosen = tuple(dict.fromkeys(norms.get(n).name for n in args.norms.split(",") if n))
+    except ValueError as e:
+      sys.exit(f"error: --norms: {e}")
+    taken = {n for t in tasks for n in t.accepted()}
+    idle = [n for n in chosen if n not in taken]
+    if idle:
+      sys.exit(f"error: --norms {','.join(idle)}: no task of {','.join(t.name for t in tasks)} "
+               f"accepts it; they accept: {', '.join(n for n in norms.names() if n in taken)}")
+  return tasks, chosen
+
+
+def variants(task: Task, chosen: Sequence[str] | None = None) -> list[Variant]:
+  """Every run of ``task`` (before seeds): each norm its model accepts (of
+  ``chosen``, if given); for the Transformer, the placements, qk_norm and
+  rates, each combination its model's own checks let through."""
+  names = [n for n in task.accepted() if chosen is None or n in chosen]
+  if not task.layers:
+    return [Variant(task.name, n) for n in names]
+  from lnorm import transformer as T  # pylint: disable=g-import-not-at-top
+  out = []
+  for pos in (p for p in T.NORM_POSITIONS if p != "none"):
+    out += [(pos, n, False) for n in names if not norms.get(n).identity]
+  if norms.NONE in names:
+    out.append(("none", norms.NONE, False))
+  if task.layers in QK_DEPTHS:
+    out += [("pre", n, True) for n in names if not norms.get(n).identity]
+  ok = []
+  for pos, n, qk in out:
+    try:
+      T.check_config(norm=n, norm_position=pos, qk_norm=qk)
+    except ValueError:
+      continue  # a combination the model refuses is not in the grid
+    ok += [Variant(task.name, n, pos, qk, lr) for lr in RATES]
+  return ok
+
+
+def grid(args) -> dict[str, list[tuple[Variant, int, str, dict]]]:
+  """{config: [(variant, seed index, workdir name, overrides)]} of the chosen
+  tasks, seeds expanded as runs.seed_names does."""
+  tasks, chosen = choose(args)
+  out: dict[str, list] = {}
+  for task in tasks:
+    seeds = R.seed_names(args, task.config)
+    for v in variants(task, chosen):
+      o = v.overrides(task, args.preset)
+      for i, (suffix, seed) in enumerate(seeds):
+        out.setdefault(task.config, []).append((v, i, v.name() + suffix, {**o, **seed}))
+  return out
+
+
+# -- The plan --------------------------------------------------------------------
+
+def _updates(c: dict) -> int:
+  if c.get("num_steps", 0) > 0:
+    return c["num_steps"]
+  if c["experiment"] == "handwriting":
+    return c["num_epochs"] * (c.get("num_train") or 9689) // c["batch_size"]
+  return c["num_epochs"] * ((c.get("num_train") or 55000) // c["batch_size"])
+
+
+SIZE_FIELDS = {"pi_mnist": ("hidden",), "convnet": ("channels", "hidden"),
+               "handwriting": ("hidden", "num_mixtures", "max_len", "batch_size"),
+               "transformer": ("num_layers", "d_model", "d_ff", "seq_len", "batch_size")}
+
+
+def measured(c: dict, root: Path | None = None) -> tuple[float, str]:
+  """Seconds an update of ``c``'s model, from committed records of the same
+  experiment and size (results/*/*/metrics.jsonl: training seconds over
+  updates, median over the records); a classifier at a batch without records
+  scales the nearest batch's by the batch ratio. (nan, why) if none."""
+  root = root or R.REPO / "results"
+  same, other = [], []
+  for cfg_path in sorted(glob.glob(str(root / "*" / "*" / "config.json"))):
+    try:
+      rc = json.loads(Path(cfg_path).read_text())["config"]
+      m = figures.read_metrics(Path(cfg_path).parent)
+    except (OSError, ValueError, KeyError):
+      continue
+    if rc.get("experiment") != c["experiment"] or not m or "epoch_time_s" not in m[-1]:
+      continue
+    if any(json.dumps(rc.get(k)) != json.dumps(c.get(k)) for k in SIZE_FIELDS[c["experiment"]]):
+      continue
+    s = sum(x.get("epoch_time_s", 0.0) for x in m) / max(m[-1]["step"], 1)
+    (same if rc.get("batch_size") == c.get("batch_size") else other).append(
+        (s, rc.get("batch_size"), str(Path(cfg_path).parent.parent.name)))
+  if same:
+    return statistics.median(s for s, _, _ in same), (
+        f"{len(same)} records ({', '.join(sorted({d for _, _, d in same}))})")
+  if other:
+    b = min({b for _, b, _ in other}, key=lambda x: abs(math.log(x / c["batch_size"])))
+    s = statistics.median(s for s, bb, _ in other if bb == b)
+    return s * c["batch_size"] / b, f"batch {b}'s records, scaled by {c['batch_size']}/{b}"
+  return math.nan, "no committed record of this size"
+
+
+def plan(args) -> str:
+  """The estimated time of each task's runs (all seeds), as a table."""
+  rows, total = [], 0.0
+  for config, rs in grid(args).items():
+    by_task: dict[str, list] = {}
+    for v, _, _, o in rs:
+      by_task.setdefault(v.task, []).append(o)
+    for task, os_ in by_task.items():
+      c = R.config_dict(config, args.preset, os_[0])
+      s, src = measured(c)
+      evals = math.ceil(_updates(c) / c["eval_every_steps"]) if c.get("eval_every_steps") else (
+          c.get("num_epochs", 1))
+      each = _updates(c) * s + OVERHEAD_S + EVAL_S * evals
+      total += each * len(os_)
+      h = lambda x, f: "n/a" if math.isnan(x) else format(x, f)
+      rows.append(f"| {task} | {len(os_)} | {_updates(c):,} | {h(s, '.4f')} ({src}) | "
+                  f"{h(each / 60, '.1f')} | {h(each * len(os_) / 3600, '.2f')} |")
+  return ("| task | runs | updates a run | s an update (from) | min a run | hours |\n"
+          "|---|---|---|---|---|---|\n" + "\n".join(rows)
+          + f"\n| all | {sum(len(r) for r in grid(args).values())} | | | | "
+          + ("n/a" if math.isnan(total) else f"{total / 3600:.1f}") + " |\n\n"
+          f"A run: its updates at the measured seconds an update (training only), plus "
+          f"{OVERHEAD_S:g} s to start and {EVAL_S:g} s an evaluation (guesses); on 2 cores, one "
+          "run at a time.\n")
+
+
+# -- Running and reading -----------------------------------------------------------
+
+def _state(d: Path, config: str, preset: str, o: dict) -> str | None:
+  return R.record_state(d, config, preset, o, (DIVERGED,))[0]
+
+
+def read(d: Path) -> dict:
+  rec = json.loads((d / "config.json").read_text())
+  rec["metrics"] = figures.read_metrics(d) if (d / "metrics.jsonl").exists() else []
+  rec["diverged"] = (d / DIVERGED).exists()
+  rec["grad_norms"] = (json.loads((d / GRAD_NORMS).read_text())
+                       if (d / GRAD_NORMS).exists() else None)
+  rec["name"] = d.name
+  return rec
+
+
+def run_grid(args) -> tuple[dict, list[str]]:
+  """Runs what this sitting runs, then reads every whole record of the grid in
+  the results folder: ({(variant, seed index): record}, names still to come)."""
+  g = grid(args)
+  every = [name for rs in g.values() for _, _, name, _ in rs]
+  only = set(getattr(args, "only", None) or ())
+  unknown = sorted(only - set(every))
+  if unknown:
+    sys.exit(f"error: --only names no run of the norms grid (--preset {args.preset}, --seeds "
+             f"{args.seeds}): {', '.join(unknown[:5])}"
+             + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+             + "; `--plan` sizes the grid, its names are <task>_<norm> and "
+               "transformer_L<n>_<placement>_<norm>[_qk]_lr<rate>[_seed<s>]")
+  out = R.out_dir(args)
+  todo: dict[str, dict] = {}
+  for config, rs in g.items():
+    for v, i, name, o in rs:
+      if only and name not in only:
+        continue
+      wd = R.workdir(args, name)
+      if getattr(args, "no_training", None) and not _state(wd, config, args.preset, o):
+        continue  # redraw: whole records only
+      todo.setdefault(config, {})[(v, i)] = (name, o)
+  # Every input of the runs to start, before the first of them (any config).
+  start = [R.config_dict(c, args.preset, o) for c, rs in todo.items() for name, o in rs.values()
+           if not _state(R.workdir(args, name), c, args.preset, o)
+           and not (getattr(args, "adopt_results", False) and _state(out / name, c, args.preset, o))]
+  inputs.check(args.target, start)
+  one = argparse.Namespace(**{**vars(args), "seeds": 1, "only": None})
+  for config, rs in todo.items():
+    R.run_all(one, config, rs, optional=(GRAD_NORMS,), stops={NONFINITE_EXIT: DIVERGED})
+  records, left = {}, []
+  for config, rs in g.items():
+    for v, i, name, o in rs:
+      if _state(out / name, config, args.preset, o):
+        records[v, i] = read(out / name)
+      else:
+        left.append(name)
+  return records, left
+
+
+# -- Measures ----------------------------------------------------------------------
+
+def final(r: dict, metric: str) -> float:
+  """The run's last value of ``metric``; inf if it diverged."""
+  if r["diverged"] or not r["metrics"]:
+    return math.inf
+  return r["metrics"][-1].get(metric, math.nan)
+
+
+def best(r: dict, metric: str) -> float:
+  return min((m[metric] for m in r["metrics"] if metric in m and math.isfinite(m[metric])),
+             default=math.inf)
+
+
+def lr_sensitivity(losses: Sequence[float], init: float = INIT_BPC) -> float:
+  """Wortsman et al. 2023 ("Small-scale proxies for large-scale Transformer
+  training instabilities", arXiv:2309.14322, section 2: LR sensitivity, the
+  summary of a learning-rate-vs-loss curve beside their Figure 1):
+  E_eta[min(l(eta), l_0) - l*] over the sweep's rates eta, where l(eta) is
+  the final loss at rate eta, l_0 the loss at initialisation and l* =
+  min_eta l(eta). The min with l_0 caps a diverged run (inf, NaN) at the
+  loss of not training at all, so one blow-up does not swamp the mean."""
+  capped = [min(x, init) if math.isfinite(x) else init for x in losses]
+  return statistics.mean(capped) - min(capped)
+
+
+def updates_to(r: dict, metric: str, level: float) -> float:
+  """The first evaluated step with ``metric`` <= ``level``; inf if none."""
+  return R.first(r["metrics"], metric, level, "step")
+
+
+def _cell(values: Sequence[float], fmt: str) -> str:
+  if all(math.isfinite(v) for v in values):
+    return R.mean_sd(values, fmt)
+  return " / ".join("diverged" if math.isinf(v) else "n/a" if math.isnan(v) else
+                    format(v, fmt) for v in values)
+
+
+# -- Tables ------------------------------------------------------------------------
+
+def _seeds(records: dict, v: Variant, n: int) -> list[dict] | None:
+  """The variant's records, seed by seed; None unless all ``n`` are whole."""
+  rs = [records.get((v, i)) for i in range(n)]
+  return rs if all(rs) else None
+
+
+def task_table(task: Task, vs: list[Variant], records: dict, n: int) -> str:
+  none = Variant(task.name, norms.NONE)
+  base = _seeds(records, none, n)
+  md = (f"| norm | learning rate | final {task.metric_label} | best {task.metric_label} | "
+        f"updates to none's final {task.speed} | diverged | step time / LN's |\n"
+        "|---|---|---|---|---|---|---|\n")
+  for v in vs:
+    rs = _seeds(records, v, n)
+    if rs is None:
+      got = sum((v, i) in records for i in range(n))
+      md += f"| {v.label()} | to come ({got} of {n} seeds recorded) | | | | | |\n"
+      continue
+    lr = rs[0]["config"]["learning_rate"]
+    lr_note = (" (LN's)" if task.rate is not None
+               and not _mnist_searched(v.norm, rs[0]["config"]["batch_size"]) else "")
+    to = (R.per_seed(R.reached(updates_to(x, task.speed, final(b, task.speed)))
+                     for x, b in zip(rs, base)) if base else "n/a (none to come)")
+    md += (f"| {v.label()} | {lr:g}{lr_note} | "
+           f"{_cell([final(x, task.metric) for x in rs], task.fmt)} | "
+           f"{_cell([best(x, task.metric) for x in rs], task.fmt)} | {to} | "
+           f"{sum(x['diverged'] for x in rs)} of {n} | awaits benchmark |\n")
+  return md
+
+
+def _mnist_searched(norm: str, batch: int) -> bool:
+  from configs import pi_mnist  # pylint: disable=g-import-not-at-top
+  return (norm, batch) in pi_mnist.LEARNING_RATES
+
+
+def sweep_table(task: Task, vs: list[Variant], records: dict, n: int) -> str:
+  """The Transformer: per variant, its final bpc at each rate, its best rate's,
+  its LR sensitivity, and at REF_RATE the updates to none's final."""
+  md = ("| variant | " + " | ".join(f"lr {lr:g}" for lr in RATES)
+        + " | best over rates | LR sensitivity | updates to none's final (lr "
+        f"{REF_RATE:g}) | diverged | step time / LN's |\n|---|" + "---|" * (len(RATES) + 6) + "\n")
+  base = _seeds(records, Variant(task.name, norms.NONE, "none", False, REF_RATE), n)
+  for key in dict.fromkeys((v.norm, v.position, v.qk) for v in vs):
+    sweep = [Variant(task.name, key[0], key[1], key[2], lr) for lr in RATES]
+    got = [_seeds(records, v, n) for v in sweep]
+    cells = [_cell([final(x, "valid_bpc") for x in rs], ".3f") if rs else "to come" for rs in got]
+    if all(got):
+      fin = np.array([[final(x, "valid_bpc") for x in rs] for rs in got])  # rates x seeds
+      bst = _cell([min(fin[:, s]) for s in range(n)], ".3f")
+      sens = _cell([lr_sensitivity(fin[:, s]) for s in range(n)], ".3f")
+      div = f"{int(np.isinf(fin).sum())} of {fin.size}"
+    else:
+      bst = sens = div = "to come"
+    ref = got[RATES.index(REF_RATE)]
+    to = (R.per_seed(R.reached(updates_to(x, "valid_bpc", final(b, "valid_bpc")))
+                     for x, b in zip(ref, base)) if ref and base else "to come")
+    md += (f"| {sweep[0].label()} | " + " | ".join(cells)
+           + f" | {bst} | {sens} | {to} | {div} | awaits benchmark |\n")
+  return md
+
+
+# -- Figures ----------------------------------------------------------------------
+
+def _score(task: Task, records: dict, n: int, norm: str, position: str = "") -> float:
+  """The heat map's cell: the mean over seeds of the final metric (for the
+  Transformer, each seed's best over the rates, qk_norm off); nan if to come."""
+  if not task.layers:
+    rs = _seeds(records, Variant(task.name, norm), n)
+    return statistics.mean(final(x, task.metric) for x in rs) if rs else math.nan
+  got = [_seeds(records, Variant(task.name, norm, position, False, lr), n) for lr in RATES]
+  if not all(got):
+    return math.nan
+  return statistics.mean(min(final(rs[s], "valid_bpc") for rs in got) for s in range(n))
+
+
+def heatmap(tasks: list[Task], records: dict, n: int, chosen, path: Path) -> None:
+  """Rows: the tasks (the Transformer's, a row a placement); columns: every
+  norm of the grid. Colour: the row's rank from best (0) to worst (1); the
+  mean value written in; blank where the model takes no such norm."""
+  from lnorm import transformer as T  # pylint: disable=g-import-not-at-top
+  cols = [nm for nm in norms.names()
+          if any(nm in t.accepted() for t in tasks) and (chosen is None or nm in chosen)]
+  rows = []
+  for t in tasks:
+    if not t.layers:
+      rows.append((t.name, t, ""))
+    else:
+      rows += [(f"{t.name} {p}", t, p) for p in T.NORM_POSITIONS if p != "none"]
+  plt = figures.pyplot()
+  fig, ax = plt.subplots(figsize=(1.0 * len(cols) + 3, 0.45 * len(rows) + 1.6))
+  z = np.full((len(rows), len(cols)), np.nan)
+  text = [[""] * len(cols) for _ in rows]
+  for i, (_, t, pos) in enumerate(rows):
+    for j, nm in enumerate(cols):
+      if nm not in t.accepted() or (pos and nm == norms.NONE):
+        text[i][j] = "–"
+        continue
+      v = _score(t, records, n, nm, pos)
+      z[i, j] = v
+      text[i][j] = ("to come" if math.isnan(v) else "diverged" if math.isinf(v)
+                    else format(v, ".3f" if t.layers else ".4f" if t.fmt == ".4f" else t.fmt))
+    row = z[i][np.isfinite(z[i])]
+    if len(row):
+      lo, hi = row.min(), row.max()
+      z[i] = np.where(np.isinf(z[i]), 1.0, (z[i] - lo) / (hi - lo) if hi > lo else 0.0 * z[i])
+  ax.imshow(np.ma.masked_invalid(z), cmap="RdYlGn_r", vmin=0, vmax=1, aspect="auto")
+  for i in range(len(rows)):
+    for j in range(len(cols)):
+      ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7)
+  ax.set_xticks(range(len(cols)), [norms.label(c) for c in cols], rotation=30, ha="right")
+  ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+  ax.set_title("Final metric by task and norm (lower is better; colour: within the row, "
+               "best green to worst red)", fontsize=9)
+  fig.tight_layout()
+  figures.save(fig, path, dpi=figures.DPI)
+
+
+def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
+  """Final validation bpc against the learning rate, a panel per depth and
+  placement (and pre with qk-norm), a line per norm: the mean over seeds of
+  min(bpc, l_0) with a band over the seeds; a cross where a seed diverged."""
+  panels = []
+  for t in (t for t in tasks if t.layers):
+    vs = variants(t)
+    for key in dict.fromkeys((v.position, v.qk) for v in vs):
+      lines = {}
+      for nm in dict.fromkeys(v.norm for v in vs if (v.position, v.qk) == key):
+        got = [_seeds(records, Variant(t.name, nm, key[0], key[1], lr), n) for lr in RATES]
+        pts = [(lr, [final(x, "valid_bpc") for x in rs]) for lr, rs in zip(RATES, got) if rs]
+        if pts:
+          lines[norms.label(nm) if key[0] != "none" else "no norm"] = pts
+      if lines:
+        panels.append((f"{t.layers} layers, {key[0]}" + (", qk-norm" if key[1] else ""), lines))
+  if not panels:
+    return False
+  fig, axes = figures.grid(len(panels), "Byte Transformer: final validation bpc against the "
+                           "learning rate (no warm-up)", cols=3)
+  for ax, (title, lines) in zip(axes, panels):
+    for i, (label, pts) in enumerate(lines.items()):
+      x = np.array([lr for lr, _ in pts])
+      y = np.array([[min(v, INIT_BPC) if math.isfinite(v) else INIT_BPC for v in s]
+                    for _, s in pts])
+      st = {**figures.style(i, len(lines)), "markevery": None}
+      line, = ax.plot(x, y.mean(1), label=label, **st)
+      if y.shape[1] > 1:
+        ax.fill_between(x, y.min(1), y.max(1), color=line.get_color(), alpha=0.15, linewidth=0)
+      dx = [lr for lr, s in pts if any(not math.isfinite(v) for v in s)]
+      if dx:
+        ax.plot(dx, [INIT_BPC] * len(dx), "x", color=line.get_color(), ms=8)
+    ax.set(xscale="log", title=title, xlabel="learning rate (Adam)",
+           ylabel="final valid bpc, min(bpc, 8)")
+    figures.plain_log_ticks(ax, "x")
+    ax.grid(alpha=0.3)
+  figures.finish(fig, axes, path)
+  return True
+
+
+# -- Verdicts -------------------------------------------------------------------
+
+def claims(tasks: list[Task], records: dict, n: int, chosen: Sequence[str] | None = None) -> str:
+  """Each published claim, seed by seed, through scripts/paper/verdicts.py;
+  with the paper's own result cited beside ours (theirs, not a copy). Only
+  the norms of the grid (``chosen``: --norms) are compared."""
+  by = {t.name: t for t in tasks}
+  rows: list[tuple[str, ...]] = []
+
+  def side(task: Task, norm: str, position: str = "", qk: bool = False, what: str = "final"):
+    """Per seed: the final metric (Transformer: best over the rates, or the LR
+    sensitivity, or the final W^2 gradient spread); None if to come."""
+    if not task.layers:
+      rs = _seeds(records, Variant(task.name, norm), n)
+      return [final(x, task.metric) for x in rs] if rs else None
+    if what == "grad":
+      rs = _seeds(records, Variant(task.name, norm, position, qk, REF_RATE), n)
+      return [_grad_spread(x) for x in rs] if rs else None
+    got = [_seeds(records, Variant(task.name, norm, position, qk, lr), n) for lr in RATES]
+    if not all(got):
+      return None
+    fin = [[final(rs[s], "valid_bpc") for rs in got] for s in range(n)]
+    return [lr_sensitivity(f) if what == "sens" else min(f) for f in fin]
+
+  def row(claim, task, measure, a, b, la, lb, verdict_of, theirs, fmt=".4f"):
+    if a is None or b is None:
+      rows.append((claim, task, measure, "to come", "to come", theirs))
+      return
+    per = " / ".join(f"{_fmt(x, fmt)} vs {_fmt(y, fmt)}" for x, y in zip(a, b))
+    rows.append((claim, task, f"{measure}, {la} vs {lb}", per, str(verdict_of(a, b)), theirs))
+
+  lower = lambda a, b: verdicts.compare(a, b, lower=True)
+  as_good = lambda a, b: verdicts.passes(verdicts.no_worse(a, b, lower=True))
+  match = lambda a, b: verdicts.passes(verdicts.within(a, b))
+  tf = [t for t in tasks if t.layers]
+  grid_norms = lambda t: [x for x in t.accepted() if chosen is None or x in chosen]
+  has = lambda t, *ns: all(nm in grid_norms(t) for nm in ns)
+  L, DYT, DERF, RMS, GN, BN = norms.LAYER, "dyt", "derf", norms.RMS, "group", norms.BATCH
+  for t in tf:
+    if has(t, DYT, L):
+      row("DyT matches LayerNorm in Transformers", t.name, "best final bpc over the rates, pre",
+          side(t, DYT, "pre"), side(t, L, "pre"), "DyT", "LN", match,
+          "Zhu et al., CVPR 2025: DyT within noise of LN on ViT, ConvNeXt, DiT, LLaMA, "
+          "wav2vec (their results tables)", ".3f")
+  rows.append(("DyT better than LN on little data, worse on more (arXiv 2604.23434)", "all",
+               "", "", "cannot answer at this scale: each task here trains on one amount of "
+               "data; the claim needs a sweep of data sizes", "arXiv 2604.23434 (its data-size "
+               "sweep)"))
+  for t in tasks:
+    if not has(t, DERF, DYT, L):
+      continue
+    pos = "pre" if t.layers else ""
+    for other, lab in ((DYT, "DyT"), (L, "LN")):
+      row("Derf beats DyT and LN", t.name, ("best final bpc over the rates, pre" if t.layers
+                                           else f"final {t.metric_label}"),
+          side(t, DERF, pos), side(t, other, pos), "Derf", lab, lower,
+          "arXiv 2512.10938 (Derf above LN, RMSNorm and DyT across its tasks; its tables)",
+          ".3f" if t.layers else t.fmt)
+  for name in ("convnet_b4", "pi_mnist_b4", "convnet_b64"):
+    t = by.get(name)
+    if t is not None and has(t, GN, BN):
+      row("GroupNorm beats BatchNorm at batches of 2 to 4" + (
+          " (context: a large batch)" if name.endswith("64") else ""), name,
+          f"final {t.metric_label}", side(t, GN), side(t, BN), "GN", "BN", lower,
+          "Wu & He 2018, Figure 1 (ImageNet error against batch size: BN's rises below 16 "
+          "images a GPU, GN's stays flat)")
+  for t in tf:
+    if t.layers >= 12 and has(t, L):
+      for what, m in (("best", "best final bpc over the rates"),
+                      ("sens", "LR sensitivity over the rates")):
+        row("DeepNorm trains deep post-LN stacks that post-LN cannot, without warm-up", t.name,
+            m + ", LN", side(t, L, "deepnorm", what=what), side(t, L, "post", what=what),
+            "DeepNorm", "post-LN", lower,
+            "Wang et al. 2022 (DeepNet), Table 1 (post-LN fails to train deep encoder-decoders; "
+            "DeepNet trains them)", ".3f")
+  for t in tf:
+    if t.layers not in QK_DEPTHS:
+      rows.append(("qk-norm widens the range of learning rates that train", t.name, "", "",
+                   f"not run at {t.layers} layers (cut to fit the budget: qk_norm on runs at "
+                   f"{', '.join(map(str, QK_DEPTHS))} layers)", "Wortsman et al. 2023, Figure 1"))
+      continue
+    for nm in (x for x in grid_norms(t) if not norms.get(x).identity):
+      row("qk-norm widens the range of learning rates that train" + (
+          "" if nm == L else f" (extension: {norms.label(nm)})"), t.name,
+          f"LR sensitivity, pre-{norms.label(nm)}", side(t, nm, "pre", True, "sens"),
+          side(t, nm, "pre", False, "sens"), "qk-norm", "without", lower,
+          "Wortsman et al. 2023, Figure 1 (final loss against the learning rate: qk-layernorm "
+          "flattens the curve at high rates; their LR sensitivity falls)", ".3f")
+  for t in tf:
+    if has(t, L):
+      row("Peri-LN keeps gradients steadier than pre-LN", t.name,
+          f"W^2 gradient norm after training, largest block / smallest (lr {REF_RATE:g})",
+          side(t, L, "peri", what="grad"), side(t, L, "pre", what="grad"), "peri", "pre", lower,
+          "Kim et al., ICML 2025 (Peri-LN): their figures of gradient norm and hidden-state "
+          "variance by layer over training", ".2f")
+      row("Peri-LN trains steadier than pre-LN over learning rates", t.name,
+          "LR sensitivity", side(t, L, "peri", what="sens"), side(t, L, "pre", what="sens"),
+          "peri", "pre", lower, "Kim et al., ICML 2025 (their learning-rate sweeps)", ".3f")
+  rows.append(("Peri-LN keeps activations steadier than pre-LN", "transformer", "", "",
+               "cannot answer here: the runs record gradient norms by block, not the hidden "
+               "states' size", "Kim et al., ICML 2025"))
+  for t in tasks:
+    if has(t, RMS, L):
+      pos = "pre" if t.layers else ""
+      row("RMSNorm is as good as LN (no worse beyond the spread)", t.name,
+          "best final bpc over the rates, pre" if t.layers else f"final {t.metric_label}",
+          side(t, RMS, pos), side(t, L, pos), "RMS", "LN", as_good,
+          "Zhang & Sennrich 2019, abstract and tables: comparable quality, 7%-64% less time "
+          "(the time: awaits an idle benchmark here)", ".3f" if t.layers else t.fmt)
+  hw = by.get("handwriting")
+  if hw is not None and has(hw, L, norms.NONE):
+    a, b = _seeds(records, Variant(hw.name, L), n), _seeds(records, Variant(hw.name, norms.NONE), n)
+    if a and b:
+      to = [updates_to(x, hw.speed, final(y, hw.speed)) for x, y in zip(a, b)]
+      last = [y["metrics"][-1]["step"] if not y["diverged"] else math.inf for y in b]
+      row("LN trains recurrent nets faster than none", hw.name,
+          "updates to none's final valid NLL", to, last, "LN", "none's last", lower,
+          "Ba et al. 2016, Figure 5 (handwriting: LN reaches the baseline's NLL much sooner)",
+          ".0f")
+    else:
+      row("LN trains recurrent nets faster than none", hw.name, "", None, None, "", "", lower,
+          "Ba et al. 2016, Figure 5")
+  return ("\n## Verdicts on the published claims, seed by seed\n\nValues in seed order (seed s "
+          "against seed s: the same initialisation and batches). " + verdicts.RULE
+          + " \"Theirs\" cites the paper's own figure or table, to be read beside ours: theirs, "
+          "not a copy, on other data and sizes. A diverged run counts as worse than any value.\n\n"
+          "| claim | task | measure | per seed | verdict | theirs |\n|---|---|---|---|---|---|\n"
+          + "".join(f"| {' | '.join(r)} |\n" for r in rows))
+
+
+def _fmt(x: float, fmt: str) -> str:
+  return "diverged" if math.isinf(x) else "n/a" if math.isnan(x) else format(x, fmt)
+
+
+def _grad_spread(r: dict) -> float:
+  """max / min over the blocks of W^2's gradient norm after training (inf if
+  the run diverged; nan without a record)."""
+  if r["diverged"]:
+    return math.inf
+  w = ((r["grad_norms"] or {}).get("final") or {}).get("w2")
+  return max(w) / min(w) if w and min(w) > 0 else math.nan
+
+
+# -- The target --------------------------------------------------------------------
+
+def command(args) -> str:
+  """runs.command with the part of the grid chosen (--tasks, --norms)."""
+  return R.command(args) + "".join(f" --{k} {getattr(args, k)}" for k in ("tasks", "norms")
+                                   if getattr(args, k, None))
+
+
+def norms_study(args) -> None:
+  """``reproduce.py norms``: with ``--plan`` the estimate alone; else the runs
+  of this sitting, then results.md and the figures from every whole record."""
+  if getattr(args, "plan", False):
+    print(plan(args) + "\n" + PLAN_NOTE)
+    return
+  tasks, chosen = choose(args)
+  records, left = run_grid(args)
+  out = R.out_dir(args)
+  out.mkdir(parents=True, exist_ok=True)
+  n = args.seeds
+  md = (R.header(args, list(records.values()), "Every norm on every task (issue 62)")
+        .replace(f"Command: `{R.command(args)}`", f"Command: `{command(args)}`")
+        if records else f"# Every norm on every task (issue 62)\n\n"
+        + (R.SMOKE_NOTE if args.preset == "smoke" else "")
+        + f"Command: `{command(args)}`\n\n")
+  md += (f"Tasks: {', '.join(t.name for t in tasks)}. Norms: every norm of the registry "
+         "(lnorm/norms.py) that the task's model accepts"
+         + (f", of `--norms {args.norms}`" if chosen else "") + ".\n\n")
+  md += ("## Still to come\n\n" + (f"{len(left)} runs: " + ", ".join(left) + ".\n\nThe rest: `"
+                                  + command(args) + " --adopt_results --only NAME,...` (a "
+                                  "part), then without `--only` for the tables of all.\n\n"
+                                  if left else "None: every run of the grid is recorded.\n\n"))
+  heatmap(tasks, records, n, chosen, out / "heatmap.png")
+  md += "![tasks x norms](heatmap.png)\n\n"
+  if lr_curves(tasks, records, n, out / "lr_curves.png"):
+    md += "![loss against learning rate](lr_curves.png)\n\n"
+  for t in tasks:
+    vs = variants(t, chosen)
+    md += f"## {t.title} (`{t.name}`)\n\n"
+    md += sweep_table(t, vs, records, n) if t.layers else task_table(t, vs, records, n)
+    md += "\n"
+  md += (f"Step time / LN's: {BENCH}. Diverged: seeds whose loss turned NaN or Inf (their "
+         "final counts as worse than any value). Updates to none's final: the first "
+         "evaluation at or below the same seed's no-norm run's final value (the training NLL "
+         "for the classifiers), each seed in turn.\n")
+  md += claims(tasks, records, n, chosen)
+  md += "\n## The plan\n\n" + plan(args) + "\n" + PLAN_NOTE + "\n"
+  (out / "results.md").write_text(md)
+  print(md)
