@@ -5,6 +5,11 @@ training anything: the records are copied into a scratch runs folder, where
   python scripts/redraw.py fig5 --preset cpu        # results/fig5_cpu/fig5.png
   python scripts/redraw.py fig6 --preset paper
   python scripts/redraw.py fig5 --preset cpu --out /tmp/fig5   # all of it, elsewhere
+  python scripts/redraw.py norms --preset cpu        # heatmap.png, lr_curves.png
+
+The norms study (issue 62) is recorded in parts: it redraws from the whole
+records there are, its runs still to come left out (its results.md lists
+them), not refused.
 
 The seeds are the records' own (a committed 3-seed target redraws with its 3
 seeds; ``--seeds`` only to check a record set against a count). The target is

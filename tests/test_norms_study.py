@@ -138,6 +138,8 @@ def test_a_claim_is_judged_seed_by_seed_under_the_one_rule():
   md = study.claims([task], records, 3)
   row = next(l for l in md.splitlines() if l.startswith("| GroupNorm beats BatchNorm"))
   assert row.split(" | ")[3:5] == ["to come", "to come"]
+  assert "| DyT better than LN on little data" not in md  # no Transformer in this grid
+  md = study.claims([study.TASKS["transformer_L2"]], {}, 3)
   assert "| DyT better than LN on little data" in md and "cannot answer at this scale" in md
 
 
@@ -209,7 +211,7 @@ def test_results_md_from_fake_runs_lists_divergences_and_the_runs_to_come(tmp_pa
   assert len(FakeNormsRun.commands) == len(every) - 1
   out = tmp_path / "res" / "norms_smoke"
   md = (out / "results.md").read_text()
-  assert f"## Still to come\n\n1 runs: {missing}." in md
+  assert f"## Still to come\n\n1 of {len(every)} runs:\n\n- pi_mnist_b128: 1 of 8: {missing}\n" in md
   lines = md.splitlines()
   row = lambda start: next(l for l in lines if l.startswith(start))
   assert row("| RMS norm |").split(" | ")[1] == "to come (1 of 2 seeds recorded)"

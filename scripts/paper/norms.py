@@ -376,9 +376,10 @@ def read(d: Path) -> dict:
   return rec
 
 
-def run_grid(args) -> tuple[dict, list[str]]:
+def run_grid(args) -> tuple[dict, dict[str, list[str]]]:
   """Runs what this sitting runs, then reads every whole record of the grid in
-  the results folder: ({(variant, seed index): record}, names still to come)."""
+  the results folder: ({(variant, seed index): record}, {task: its runs
+  still to come})."""
   g = grid(args)
   every = [name for rs in g.values() for _, _, name, _ in rs]
   only = set(getattr(args, "only", None) or ())
@@ -407,14 +408,35 @@ def run_grid(args) -> tuple[dict, list[str]]:
   one = argparse.Namespace(**{**vars(args), "seeds": 1, "only": None})
   for config, rs in todo.items():
     R.run_all(one, config, rs, optional=(GRAD_NORMS,), stops={NONFINITE_EXIT: DIVERGED})
-  records, left = {}, []
+  records, left = {}, {}
   for config, rs in g.items():
     for v, i, name, o in rs:
       if _state(out / name, config, args.preset, o):
         records[v, i] = read(out / name)
       else:
-        left.append(name)
+        left.setdefault(v.task, []).append(name)
   return records, left
+
+
+def to_come(args, left: dict[str, list[str]]) -> str:
+  """results.md's list of the runs still to come: by task, a task with none
+  recorded in one line."""
+  if not left:
+    return "None: every run of the grid is recorded.\n\n"
+  g = grid(args)
+  size = {}
+  for rs in g.values():
+    for v, _, _, _ in rs:
+      size[v.task] = size.get(v.task, 0) + 1
+  md = f"{sum(map(len, left.values()))} of {sum(size.values())} runs:\n\n"
+  for task, names in left.items():
+    md += (f"- {task}: all {size[task]} runs (`--plan` sizes them)\n" if len(names) == size[task]
+           else f"- {task}: {len(names)} of {size[task]}: {', '.join(names)}\n")
+  return md + ("\nThe rest, a part at a time, each sitting committing its records: `"
+               + command(args) + " --adopt_results --only NAME,...` (names "
+               "`<task>_<norm>`, `transformer_L<n>_<placement>_<norm>[_qk]_lr<rate>`, then "
+               "`_seed<s>` for seeds past the first); last, without `--only`, for the tables "
+               "of all.\n\n")
 
 
 # -- Measures ----------------------------------------------------------------------
@@ -534,42 +556,44 @@ def _score(task: Task, records: dict, n: int, norm: str, position: str = "") -> 
 
 def heatmap(tasks: list[Task], records: dict, n: int, chosen, path: Path) -> None:
   """Rows: the tasks (the Transformer's, a row a placement); columns: every
-  norm of the grid. Colour: the row's rank from best (0) to worst (1); the
-  mean value written in; blank where the model takes no such norm."""
+  norm of the grid. Colour: the norm's rank within its row, best green to
+  worst red (ranks, not values: one norm far off would wash out the rest);
+  the mean value written in; a dash where the model takes no such norm."""
   from lnorm import transformer as T  # pylint: disable=g-import-not-at-top
   cols = [nm for nm in norms.names()
           if any(nm in t.accepted() for t in tasks) and (chosen is None or nm in chosen)]
   rows = []
   for t in tasks:
     if not t.layers:
-      rows.append((t.name, t, ""))
+      rows.append((f"{t.name} ({t.metric_label})", t, ""))
     else:
-      rows += [(f"{t.name} {p}", t, p) for p in T.NORM_POSITIONS if p != "none"]
+      rows += [(f"{t.name}, {p} (valid bpc)", t, p) for p in T.NORM_POSITIONS if p != "none"]
   plt = figures.pyplot()
-  fig, ax = plt.subplots(figsize=(1.0 * len(cols) + 3, 0.45 * len(rows) + 1.6))
+  fig, ax = plt.subplots(figsize=(max(1.0 * len(cols) + 3.5, 8), 0.45 * len(rows) + 1.8))
   z = np.full((len(rows), len(cols)), np.nan)
   text = [[""] * len(cols) for _ in rows]
   for i, (_, t, pos) in enumerate(rows):
     for j, nm in enumerate(cols):
-      if nm not in t.accepted() or (pos and nm == norms.NONE):
+      if nm not in t.accepted():
         text[i][j] = "–"
         continue
-      v = _score(t, records, n, nm, pos)
+      # The Transformer's baseline: the unnormalized model (placement none) in every row.
+      v = _score(t, records, n, nm, "none" if pos and nm == norms.NONE else pos)
       z[i, j] = v
       text[i][j] = ("to come" if math.isnan(v) else "diverged" if math.isinf(v)
                     else format(v, ".3f" if t.layers else ".4f" if t.fmt == ".4f" else t.fmt))
-    row = z[i][np.isfinite(z[i])]
-    if len(row):
-      lo, hi = row.min(), row.max()
-      z[i] = np.where(np.isinf(z[i]), 1.0, (z[i] - lo) / (hi - lo) if hi > lo else 0.0 * z[i])
-  ax.imshow(np.ma.masked_invalid(z), cmap="RdYlGn_r", vmin=0, vmax=1, aspect="auto")
+    known = {j: z[i, j] for j in range(len(cols)) if not math.isnan(z[i, j])}
+    for j, v in known.items():  # ties share a rank; a diverged norm (inf) ranks last
+      z[i, j] = sum(u < v for u in known.values()) / max(len(known) - 1, 1)
+  ax.imshow(np.ma.masked_invalid(z), cmap="RdYlGn_r", vmin=0, vmax=1, aspect="auto", alpha=0.7)
   for i in range(len(rows)):
     for j in range(len(cols)):
       ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7)
   ax.set_xticks(range(len(cols)), [norms.label(c) for c in cols], rotation=30, ha="right")
   ax.set_yticks(range(len(rows)), [r[0] for r in rows])
-  ax.set_title("Final metric by task and norm (lower is better; colour: within the row, "
-               "best green to worst red)", fontsize=9)
+  fig.suptitle("Final metric by task and norm, mean over seeds; the Transformer's, each "
+               "seed's best over the rates\n(lower is better; colour: rank within the row, "
+               "best green to worst red; –: the model takes no such norm)", fontsize=9)
   fig.tight_layout()
   figures.save(fig, path, dpi=figures.DPI)
 
@@ -608,7 +632,9 @@ def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
         ax.plot(dx, [INIT_BPC] * len(dx), "x", color=line.get_color(), ms=8)
     ax.set(xscale="log", title=title, xlabel="learning rate (Adam)",
            ylabel="final valid bpc, min(bpc, 8)")
-    figures.plain_log_ticks(ax, "x")
+    from matplotlib.ticker import NullFormatter  # pylint: disable=g-import-not-at-top
+    ax.set_xticks(RATES, [f"{r:g}" for r in RATES])  # the sweep's rates, no crowded minors
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.grid(alpha=0.3)
   figures.finish(fig, axes, path)
   return True
@@ -658,10 +684,11 @@ def claims(tasks: list[Task], records: dict, n: int, chosen: Sequence[str] | Non
           side(t, DYT, "pre"), side(t, L, "pre"), "DyT", "LN", match,
           "Zhu et al., CVPR 2025: DyT within noise of LN on ViT, ConvNeXt, DiT, LLaMA, "
           "wav2vec (their results tables)", ".3f")
-  rows.append(("DyT better than LN on little data, worse on more (arXiv 2604.23434)", "all",
-               "", "", "cannot answer at this scale: each task here trains on one amount of "
-               "data; the claim needs a sweep of data sizes", "arXiv 2604.23434 (its data-size "
-               "sweep)"))
+  if any(has(t, DYT, L) for t in tf):
+    rows.append(("DyT better than LN on little data, worse on more (arXiv 2604.23434)",
+                 "transformer", "", "", "cannot answer at this scale: each task here trains on "
+                 "one amount of data; the claim needs a sweep of data sizes", "arXiv 2604.23434 "
+                 "(its data-size sweep)"))
   for t in tasks:
     if not has(t, DERF, DYT, L):
       continue
@@ -712,9 +739,10 @@ def claims(tasks: list[Task], records: dict, n: int, chosen: Sequence[str] | Non
       row("Peri-LN trains steadier than pre-LN over learning rates", t.name,
           "LR sensitivity", side(t, L, "peri", what="sens"), side(t, L, "pre", what="sens"),
           "peri", "pre", lower, "Kim et al., ICML 2025 (their learning-rate sweeps)", ".3f")
-  rows.append(("Peri-LN keeps activations steadier than pre-LN", "transformer", "", "",
-               "cannot answer here: the runs record gradient norms by block, not the hidden "
-               "states' size", "Kim et al., ICML 2025"))
+  if any(has(t, L) for t in tf):
+    rows.append(("Peri-LN keeps activations steadier than pre-LN", "transformer", "", "",
+                 "cannot answer here: the runs record gradient norms by block, not the hidden "
+                 "states' size", "Kim et al., ICML 2025"))
   for t in tasks:
     if has(t, RMS, L):
       pos = "pre" if t.layers else ""
@@ -784,10 +812,7 @@ def norms_study(args) -> None:
   md += (f"Tasks: {', '.join(t.name for t in tasks)}. Norms: every norm of the registry "
          "(lnorm/norms.py) that the task's model accepts"
          + (f", of `--norms {args.norms}`" if chosen else "") + ".\n\n")
-  md += ("## Still to come\n\n" + (f"{len(left)} runs: " + ", ".join(left) + ".\n\nThe rest: `"
-                                  + command(args) + " --adopt_results --only NAME,...` (a "
-                                  "part), then without `--only` for the tables of all.\n\n"
-                                  if left else "None: every run of the grid is recorded.\n\n"))
+  md += "## Still to come\n\n" + to_come(args, left)
   heatmap(tasks, records, n, chosen, out / "heatmap.png")
   md += "![tasks x norms](heatmap.png)\n\n"
   if lr_curves(tasks, records, n, out / "lr_curves.png"):
