@@ -70,6 +70,19 @@ def committed_results_dir(src: Path) -> list[str]:
   return []
 
 
+def committed_part(src: Path) -> list[str]:
+  """The ``--tasks`` and ``--norms`` of the command in ``src``'s results.md
+  (the norms study's part of its grid), as flags; [] where none is given."""
+  try:
+    line = next(l for l in (src / "results.md").read_text().splitlines()
+                if l.startswith("Command: `"))
+  except (OSError, StopIteration):
+    return []
+  words = line.split("`")[1].split()
+  return [w for f in ("--tasks", "--norms") if f in words[:-1]
+          for w in (f, words[words.index(f) + 1])]
+
+
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("target", choices=sorted(reproduce.TARGETS))
@@ -99,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
       shutil.copytree(d, scratch / d.name)
     # The committed folder's command: results.md reads as committed.
     argv = [a.target, "--preset", a.preset, "--runs_dir", str(Path(tmp) / "runs"),
-            *committed_results_dir(src)] + (["--seeds", str(seeds)] if seeds > 1 else [])
+            *committed_results_dir(src), *committed_part(src)] + (
+                ["--seeds", str(seeds)] if seeds > 1 else [])
     args = reproduce.parse(argv)
     args.write_dir = Path(tmp) / "out"
     args.no_training = src  # a run without a whole record is refused, not trained

@@ -250,3 +250,10 @@ def test_results_md_from_fake_runs_lists_divergences_and_the_runs_to_come(tmp_pa
   md = (out / "results.md").read_text()
   assert "## Still to come\n\nNone: every run of the grid is recorded." in md
   assert "to come (" not in md
+  # redraw.py rebuilds the same results.md and figures from the committed records
+  # (the part of the grid, --tasks and --norms, read from its command line).
+  from scripts import redraw
+  assert redraw.main(["norms", "--preset", "smoke", "--results_dir", str(tmp_path / "res"),
+                      "--out", str(tmp_path / "redrawn")]) == 0
+  assert (tmp_path / "redrawn" / "results.md").read_text() == md
+  assert (tmp_path / "redrawn" / "heatmap.png").read_bytes() == (out / "heatmap.png").read_bytes()
