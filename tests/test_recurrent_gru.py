@@ -236,7 +236,8 @@ def test_gru_dtypes():
 
 def test_gru_checks_arguments():
   x = inputs((B, T, I))
-  with pytest.raises(ValueError, match="norm='layer_c'.*none, layer$"):
+  with pytest.raises(ValueError, match="norm='layer_c' is not valid; choose one of: none, "
+                     "layer, rms"):
     R.GRU(H, norm='layer_c')
   with pytest.raises(ValueError, match='mask'):
     R.GRU(H).init(jax.random.key(0), x, np.ones((B, T + 1), bool))
