@@ -66,7 +66,8 @@ from experiments.runner import parallel
 from experiments.runner import workdir as wdir
 from experiments.runner.errors import NonFiniteLossError, UserError
 from experiments.runner.progress import Progress, epochs_touched
-from experiments.runner.records import higher_is_better  # noqa: F401  # scripts ask the loop
+# Which way each metric is better, read here by scripts (compare.py, paper/table3.py).
+from experiments.runner.records import CORRELATIONS, HIGHER_IS_BETTER, higher_is_better  # noqa: F401
 
 Metrics = Mapping[str, jax.Array]
 
