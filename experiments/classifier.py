@@ -19,7 +19,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from experiments.runner import loop
+from experiments.runner import loop, parallel
 from experiments.runner.errors import check, check_common
 from lnorm import norms as lnorms
 from lnorm.data import mnist
@@ -44,6 +44,14 @@ def validate(config: ml_collections.ConfigDict, norms, widths) -> None:
   check(not (lnorms.get(config.norm).running_stats and config.bn_unbiased
              and config.batch_size < 2),
         "batch norm with unbiased variance needs batch_size >= 2")
+  parallel.bn_groups(config)  # bn_stats and num_devices, before the data loads
+
+
+def norm_fields(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The normalization fields of a classifier model (MLP, ConvNet), from the config."""
+  return dict(norm=config.norm, eps=config.eps, momentum=config.bn_momentum,
+              unbiased=config.bn_unbiased, bn_groups=parallel.bn_groups(config),
+              norm_groups=config.norm_groups)
 
 
 def load_data(config, flatten: bool) -> Data:

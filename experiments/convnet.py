@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_collections
 
 from experiments import classifier
-from experiments.runner import loop, parallel
+from experiments.runner import loop
 from experiments.runner.errors import check
 from lnorm import layers
 from lnorm.convnet import ConvNet
@@ -15,13 +15,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   check(all(c >= 1 for c in config.channels) and config.hidden >= 1,
         f"channels={config.channels} and hidden={config.hidden} need sizes >= 1")
   classifier.validate(config, layers.accept, lambda: (*config.channels, config.hidden))
-  parallel.bn_groups(config)  # bn_stats and num_devices, before the data loads
 
 
 def create_model(config) -> ConvNet:
-  return ConvNet(channels=config.channels, hidden=config.hidden, norm=config.norm,
-                 eps=config.eps, momentum=config.bn_momentum, unbiased=config.bn_unbiased,
-                 bn_groups=parallel.bn_groups(config), norm_groups=config.norm_groups)
+  return ConvNet(channels=config.channels, hidden=config.hidden,
+                 **classifier.norm_fields(config))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str

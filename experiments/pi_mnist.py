@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_collections
 
 from experiments import classifier
-from experiments.runner import loop, parallel
+from experiments.runner import loop
 from experiments.runner.errors import check
 from lnorm import layers, norms
 from lnorm.mlp import MLP
@@ -14,7 +14,6 @@ from lnorm.mlp import MLP
 def validate(config: ml_collections.ConfigDict) -> None:
   check(all(h >= 1 for h in config.hidden), f"hidden={config.hidden} needs sizes >= 1")
   classifier.validate(config, layers.accept, lambda: (*config.hidden, *_output(config)))
-  parallel.bn_groups(config)  # bn_stats and num_devices, before the data loads
 
 
 def _output(config) -> tuple[int, ...]:
@@ -25,10 +24,8 @@ def _output(config) -> tuple[int, ...]:
 
 
 def create_model(config) -> MLP:
-  return MLP(features=(*config.hidden, 10), norm=config.norm,
-             norm_output=bool(_output(config)), eps=config.eps,
-             momentum=config.bn_momentum, unbiased=config.bn_unbiased,
-             bn_groups=parallel.bn_groups(config), norm_groups=config.norm_groups)
+  return MLP(features=(*config.hidden, 10), norm_output=bool(_output(config)),
+             **classifier.norm_fields(config))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str

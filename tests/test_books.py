@@ -7,6 +7,7 @@ from lnorm.data import DataError
 from lnorm.data import books
 from lnorm.data import files
 from tests.pinned import pin
+from tests.tiny_data import write_novels
 
 
 def _write(d, name, lines):
@@ -120,24 +121,6 @@ def test_split_sentences_keeps_abbreviations_initials_and_lower_case_continuatio
   assert books.split_sentences("  ") == []
 
 
-def _novels_tar(root, texts, monkeypatch=None):
-  """<root>/text/novels/novels.tar.gz holding novels/<name> for each of
-  ``texts``; with ``monkeypatch``, its SHA-256 pinned for the test."""
-  import io
-  import tarfile
-  path = root / books.NOVELS
-  path.parent.mkdir(parents=True)
-  with tarfile.open(path, "w:gz") as tar:
-    for name, text in texts.items():
-      data = text.encode("utf-8")
-      info = tarfile.TarInfo(f"novels/{name}")
-      info.size = len(data)
-      tar.addfile(info, io.BytesIO(data))
-  if monkeypatch is not None:
-    pin(monkeypatch, books.NOVELS, path)
-  return path
-
-
 _NOVEL_A = ("Produced by Someone, www.example.org\n\nCHAPTER I\n\nThe cat sat. The dog\n"
             "ran--far away. Mr. Smith\nsaw it!\n\n[Illustration: a dog]\n\n"
             '"Was it _very_ far?" she asked. It was.\n')
@@ -146,7 +129,7 @@ _NOVEL_C = "Held one. Held two. Held three. Held four.\n"
 
 
 def test_novels_are_cleaned_split_into_sentences_and_held_out_by_name(tmp_path, monkeypatch):
-  _novels_tar(tmp_path, {"austen_emma.txt": _NOVEL_A, "b_two.txt": _NOVEL_B,
+  write_novels(tmp_path, {"austen_emma.txt": _NOVEL_A, "b_two.txt": _NOVEL_B,
                          "c_held.txt": _NOVEL_C}, monkeypatch)
   assert books.novel_sentences(_NOVEL_A) == [
       "CHAPTER I", "The cat sat.", "The dog ran -- far away.", "Mr. Smith saw it!",
@@ -166,7 +149,7 @@ def test_novels_are_cleaned_split_into_sentences_and_held_out_by_name(tmp_path, 
 
 
 def test_novels_split_errors_are_one_line(tmp_path, monkeypatch):
-  _novels_tar(tmp_path, {"austen_emma.txt": _NOVEL_B, "carroll_alice.txt": _NOVEL_B,
+  write_novels(tmp_path, {"austen_emma.txt": _NOVEL_B, "carroll_alice.txt": _NOVEL_B,
                          "c_held.txt": _NOVEL_C}, monkeypatch)
   # A book also in text/gutenberg may not be held out while another one trains.
   with pytest.raises(DataError, match="austen_emma.txt, carroll_alice.txt are also in "

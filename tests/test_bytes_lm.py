@@ -1,9 +1,7 @@
 """Byte-level LM data (lnorm/data/bytes_lm.py) on tiny files the tests write."""
 
 import hashlib
-import io
 import os
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -14,30 +12,14 @@ import pytest
 
 from lnorm.data import DataError
 from lnorm.data import bytes_lm
-from tests.pinned import pin
+from tests.tiny_data import write_novels
 
 SHARED = Path(os.environ.get("LNORM_DATA_DIR", "/work/shared/data"))
 
 
-def _write_novels(root: Path, books: dict[str, str], monkeypatch=None) -> Path:
-  """<root>/text/novels/novels.tar.gz of ``books``; with ``monkeypatch``, its
-  SHA-256 pinned for the test (files.SHA256)."""
-  path = root / bytes_lm.NOVELS
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with tarfile.open(path, "w:gz") as tar:
-    for name, text in books.items():
-      data = text.encode("utf-8")
-      info = tarfile.TarInfo(f"novels/{name}")
-      info.size = len(data)
-      tar.addfile(info, io.BytesIO(data))
-  if monkeypatch is not None:
-    pin(monkeypatch, bytes_lm.NOVELS, path)
-  return path
-
-
 def test_books_split_whole_and_in_name_order(tmp_path, monkeypatch):
   books = {f"b{i:02d}.txt": f"book {i} text é\n" * 3 for i in range(25)}
-  _write_novels(tmp_path, books, monkeypatch)
+  write_novels(tmp_path, books, monkeypatch)
   train, valid, test = bytes_lm.split_rule(list(books))
   assert test == ["b00.txt", "b20.txt"] and valid == ["b10.txt"]
   assert len(train) == 22
@@ -148,7 +130,7 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch):
     bytes_lm.load_novels(tmp_path, verify=False)
   assert "cannot read it" in _one_line(e)
   # Too little text for one window.
-  _write_novels(tmp_path, {"a.txt": "x" * 100, "b.txt": "short", "c.txt": "tiny"}, monkeypatch)
+  write_novels(tmp_path, {"a.txt": "x" * 100, "b.txt": "short", "c.txt": "tiny"}, monkeypatch)
   s = bytes_lm.load_novels(tmp_path, valid=["b.txt"], test=["c.txt"])
   s.check(seq_len=5)
   with pytest.raises(DataError) as e:

@@ -208,12 +208,12 @@ def test_too_few_eval_examples_for_the_folds_is_refused_at_once(folds, inner, le
 def test_novels_run_scores_the_baselines_at_its_last_evaluation_only(tmp_path, monkeypatch):
   import json
   from experiments import skipthoughts as exp
-  from tests.test_books import _novels_tar
+  from tests.tiny_data import write_novels  # pylint: disable=g-import-not-at-top
   config = _tiny_run_dir(tmp_path, monkeypatch)
   rng = np.random.default_rng(1)
   words = [f"w{i}" for i in range(30)]
   novel = lambda n: "\n\n".join(" ".join(rng.choice(words, 5)).capitalize() + "." for _ in range(n))
-  _novels_tar(tmp_path, {"a_one.txt": novel(20), "b_two.txt": novel(14),
+  write_novels(tmp_path, {"a_one.txt": novel(20), "b_two.txt": novel(14),
                          **{name: novel(6) for name in books.NOVELS_HELDOUT}}, monkeypatch)
   config.text_dir, config.corpus = "", "novels"
   config.num_steps, config.eval_every_steps, config.num_train = 6, 3, 0

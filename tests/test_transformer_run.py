@@ -17,7 +17,7 @@ import pytest
 
 from lnorm.data import bytes_lm, files
 from tests.run_records import REPO, metrics, run_cli, without_timing
-from tests.test_bytes_lm import _write_novels
+from tests.tiny_data import write_novels
 from tests.test_reproduce import fake_inputs, judge_smoke_runs
 
 
@@ -84,7 +84,7 @@ def _tiny_novels(root: Path, monkeypatch=None) -> Path:
   text = lambda n: " ".join(rng.choice(words, n)) + ".\n"
   books = {n: text(300) for n in bytes_lm.VALID_BOOKS + bytes_lm.TEST_BOOKS}
   books |= {f"train_{i}.txt": text(2000) for i in range(2)}
-  return _write_novels(root, books, monkeypatch)  # its SHA-256 pinned with monkeypatch
+  return write_novels(root, books, monkeypatch)  # its SHA-256 pinned with monkeypatch
 
 
 @pytest.mark.slow

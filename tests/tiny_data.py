@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
+import tarfile
 from pathlib import Path
 
 import numpy as np
 
-from lnorm.data import mnist
+from lnorm.data import bytes_lm, mnist
+from tests.pinned import pin
 
 NUM = {"train": 7, "test": 3}
 STEMS = {stem: (split, kind) for split, stems in mnist.SPLIT_FILES.items()
@@ -44,3 +47,19 @@ def write_dataset(root: Path, name: str = "mnist", gz: bool = True, seed: int = 
     else:
       (directory / stem).write_bytes(data)
   return arrays, checksums
+
+
+def write_novels(root: Path, books: dict[str, str], monkeypatch=None) -> Path:
+  """<root>/text/novels/novels.tar.gz holding novels/<name> for each of
+  ``books``; with ``monkeypatch``, its SHA-256 pinned for the test (files.SHA256)."""
+  path = root / bytes_lm.NOVELS
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with tarfile.open(path, "w:gz") as tar:
+    for name, text in books.items():
+      data = text.encode("utf-8")
+      info = tarfile.TarInfo(f"novels/{name}")
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+  if monkeypatch is not None:
+    pin(monkeypatch, bytes_lm.NOVELS, path)
+  return path

@@ -25,7 +25,6 @@ bytes, no text parser), so no parsed copy is cached.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Mapping
@@ -35,7 +34,7 @@ import numpy as np
 from lnorm.data import DataError
 from lnorm.data import mnist
 # mnist's helpers, so that both loaders find files, gunzip and word errors alike.
-from lnorm.data.files import find, read, reason, resolve_data_dir
+from lnorm.data.files import check_digest, find, read, resolve_data_dir
 from lnorm.data.mnist import how_to_get
 
 NAME = "binarized_mnist"
@@ -126,14 +125,7 @@ def load_amat(data_dir: str | os.PathLike[str] | None = None, verify: bool = Tru
     path = find(directory, stem, how)
     data = read(path, how)
     if table is not None:
-      want = table.get(stem)
-      if want is None:
-        raise DataError(f"{path}: no checksum known for {stem}")
-      got = hashlib.sha256(data).hexdigest()
-      if got != want.lower():
-        raise DataError(f"{path}: SHA-256 of the uncompressed content is {got}, "
-                        f"expected {want} (corrupt or a different file); delete it "
-                        f"and {how}")
+      check_digest(path, data, stem, table, "sha256", how)
     out[split] = parse_amat(data, path, how)
   return out
 
@@ -147,33 +139,14 @@ def load_tfds(data_dir: str | os.PathLike[str] | None = None,
   array_record copy does; ``data_dir`` empty or None is TFDS's default.
   """
   _check_splits(splits)
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-
-  tfds_dir = str(data_dir) if data_dir is not None and str(data_dir).strip() else None
-  where = tfds_dir or "the TFDS default data_dir"
   out = {}
   for split in splits:
     name = _TFDS_SPLIT[split]
-    try:
-      source = tfds.data_source(NAME, split=name, data_dir=tfds_dir, download=download)
-      # One by one, as mnist.load_tfds: the test mock breaks __getitems__.
-      examples = [source[i] for i in range(len(source))]
-    # The failures mnist.load_tfds documents: missing, TFRecord-only, no TF.
-    except (ImportError, KeyError, OSError, RuntimeError, ValueError) as e:
-      raise DataError(
-          f"TFDS cannot load {NAME} split {name!r} from {where} "
-          f"({reason(e)}); data_source='tfds' needs a copy prepared as "
-          "array_record (preparing needs TensorFlow), or use data_source='amat'") from e
-    if not examples:
-      raise DataError(f"TFDS {NAME} split {name!r} in {where} is empty")
-    images = np.stack([np.asarray(e["image"]) for e in examples])
-    if images.shape[1:] not in (IMAGE_SHAPE, (*IMAGE_SHAPE, 1)) or images.dtype != np.uint8:
-      raise DataError(f"TFDS {NAME} split {name!r}: images are {images.dtype} "
-                      f"{images.shape[1:]}, expected uint8 {IMAGE_SHAPE}")
+    images, _ = mnist.tfds_split(NAME, name, data_dir, download, other="amat")
     if images.max() > 1:
       raise DataError(f"TFDS {NAME} split {name!r}: pixel value {images.max()} is "
                       "not 0 or 1")
-    out[split] = images.reshape(len(images), *IMAGE_SHAPE)
+    out[split] = images
   return out
 
 

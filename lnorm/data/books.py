@@ -159,13 +159,7 @@ def read_documents(paths: Iterable[str | os.PathLike[str]]) -> list[Document]:
 
 def book_files(directory: str | os.PathLike[str]) -> list[Path]:
   """The ``*.txt`` files of ``directory``, in name order."""
-  d = Path(directory)
-  if not d.is_dir():
-    raise DataError(f"{d}/ not found; it should hold the books, one sentence a line")
-  files = sorted(f for f in d.glob("*.txt") if f.is_file())
-  if not files:
-    raise DataError(f"{d}: no .txt books found")
-  return files
+  return data_files.txt_files(directory, "the books, one sentence a line")
 
 
 def split_books(files: Sequence[Path], heldout: Sequence[str] = HELDOUT_BOOKS

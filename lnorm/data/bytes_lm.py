@@ -57,7 +57,7 @@ import numpy as np
 # From the package, which exports both before and after the loaders' shared
 # helpers moved to lnorm/data/files.py.
 from lnorm.data import DataError
-from lnorm.data.files import check_sha256, reason, resolve_data_dir, tar_files
+from lnorm.data.files import check_sha256, reason, resolve_data_dir, tar_files, txt_files
 
 NOVELS = "text/novels/novels.tar.gz"
 ENWIK8 = "enwik8"
@@ -193,19 +193,14 @@ def load_novels(data_dir: str | os.PathLike[str] | None = None,
 def load_text_dir(directory: str | os.PathLike[str], valid: Sequence[str],
                   test: Sequence[str]) -> ByteSplits:
   """Any folder of ``*.txt`` books (UTF-8), split by the named books."""
-  d = Path(directory)
-  if not d.is_dir():
-    raise DataError(f"{d}/ not found; it should hold the books as .txt files")
-  files = sorted(f for f in d.glob("*.txt") if f.is_file())
-  if not files:
-    raise DataError(f"{d}: no .txt books found")
+  files = txt_files(directory, "the books as .txt files")
   books = {}
   for f in files:
     try:
       books[f.name] = f.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
       raise DataError(f"{f}: cannot read it ({reason(e)})") from e
-  return split_books(books, valid, test, "text", str(d))
+  return split_books(books, valid, test, "text", str(Path(directory)))
 
 
 def enwik8_path(data_dir: str | os.PathLike[str] | None = None) -> Path | None:

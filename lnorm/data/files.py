@@ -21,7 +21,7 @@ import shutil
 import sys
 import tarfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
 import zlib
 
 from lnorm.data import DataError
@@ -82,6 +82,18 @@ def find(directory: Path, stem: str, how: str) -> Path:
   raise DataError(f"{directory / stem}.gz not found (nor {stem}); {how}")
 
 
+def txt_files(directory: str | os.PathLike[str], holds: str) -> list[Path]:
+  """The ``*.txt`` files of ``directory``, in name order; a DataError if it is
+  missing (``holds``: what it should hold, for the message) or has none."""
+  d = Path(directory)
+  if not d.is_dir():
+    raise DataError(f"{d}/ not found; it should hold {holds}")
+  files = sorted(f for f in d.glob("*.txt") if f.is_file())
+  if not files:
+    raise DataError(f"{d}: no .txt books found")
+  return files
+
+
 def reason(e: BaseException) -> str:
   lines = str(e).strip().splitlines()
   return (lines[0] if lines else type(e).__name__)[:200]
@@ -94,6 +106,22 @@ def read(path: Path, how: str) -> bytes:
   # gzip.BadGzipFile is an OSError; a truncated stream is an EOFError.
   except (OSError, EOFError, zlib.error) as e:
     raise DataError(f"{path}: cannot read it ({reason(e)}); {how}") from e
+
+
+_DIGESTS = {"md5": "MD5", "sha256": "SHA-256"}
+
+
+def check_digest(path: Path, data: bytes, stem: str, checksums: Mapping[str, str],
+                 algorithm: str, how: str) -> None:
+  """Raises a DataError unless ``data`` (the uncompressed content of ``path``)
+  has the digest ``checksums[stem]`` (hashlib's ``algorithm``: md5, sha256)."""
+  want = checksums.get(stem)
+  if want is None:
+    raise DataError(f"{path}: no checksum known for {stem}")
+  got = hashlib.new(algorithm, data).hexdigest()
+  if got != want.lower():
+    raise DataError(f"{path}: {_DIGESTS[algorithm]} of the uncompressed content is {got}, "
+                    f"expected {want} (corrupt or a different file); delete it and {how}")
 
 
 def swap_in(tmp: Path, final: Path, old: Path) -> Path:

@@ -22,7 +22,6 @@ The IDX data_dir is, in order: the ``data_dir`` argument if non-empty,
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Mapping
 import numpy as np
 
 from lnorm.data import DataError
-from lnorm.data.files import DATA_DIR_ENV, find, read, reason, resolve_data_dir
+from lnorm.data.files import DATA_DIR_ENV, check_digest, find, read, reason, resolve_data_dir
 
 DATASETS = ("mnist", "fashion_mnist")
 IMAGE_SHAPE = (28, 28)
@@ -103,13 +102,7 @@ def _load_idx(directory: Path, stem: str, ndim: int, checksums: Mapping[str, str
   path = find(directory, stem, how)
   data = read(path, how)
   if checksums is not None:
-    want = checksums.get(stem)
-    if want is None:
-      raise DataError(f"{path}: no checksum known for {stem}")
-    got = hashlib.md5(data).hexdigest()
-    if got != want.lower():
-      raise DataError(f"{path}: MD5 of the uncompressed content is {got}, expected "
-                      f"{want} (corrupt or a different file); delete it and {how}")
+    check_digest(path, data, stem, checksums, "md5", how)
   return _parse_idx(data, path, ndim, how)
 
 
@@ -169,33 +162,40 @@ def load_tfds(name: str = "mnist", data_dir: str | os.PathLike[str] | None = Non
   ~/tensorflow_datasets).
   """
   _check_name(name)
-  # Imported here: it takes seconds and the idx source does not need it.
+  out = {}
+  for split in splits:
+    images, examples = tfds_split(name, split, data_dir, download, other="idx")
+    out[split] = (images, np.asarray([e["label"] for e in examples], np.int32))
+  return out
+
+
+def tfds_split(name: str, split: str, data_dir: str | os.PathLike[str] | None,
+               download: bool, other: str) -> tuple[np.ndarray, list]:
+  """uint8 images (N, 28, 28) and the examples of TFDS ``name``'s ``split``
+  (``tfds.data_source``); ``other``: the data_source a failure suggests."""
+  # Imported here: it takes seconds and the file sources do not need it.
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
   tfds_dir = str(data_dir) if data_dir is not None and str(data_dir).strip() else None
   where = tfds_dir or "the TFDS default data_dir"
-  out = {}
-  for split in splits:
-    try:
-      source = tfds.data_source(name, split=split, data_dir=tfds_dir, download=download)
-      # One by one: the mock of tfds.testing.mock_data breaks __getitems__.
-      examples = [source[i] for i in range(len(source))]
-    # TFDS reports a missing or TFRecord-only copy as KeyError, ValueError or
-    # NotImplementedError (a RuntimeError), and preparing without TF as an ImportError.
-    except (ImportError, KeyError, OSError, RuntimeError, ValueError) as e:
-      raise DataError(
-          f"TFDS cannot load {name} split {split!r} from {where} ({reason(e)}); "
-          "data_source='tfds' needs a copy prepared as array_record (preparing "
-          "needs TensorFlow), or use data_source='idx'") from e
-    if not examples:
-      raise DataError(f"TFDS {name} split {split!r} in {where} is empty")
-    images = np.stack([np.asarray(e["image"]) for e in examples])
-    if images.shape[1:] not in (IMAGE_SHAPE, (*IMAGE_SHAPE, 1)) or images.dtype != np.uint8:
-      raise DataError(f"TFDS {name} split {split!r}: images are {images.dtype} "
-                      f"{images.shape[1:]}, expected uint8 {IMAGE_SHAPE}")
-    labels = np.asarray([e["label"] for e in examples], np.int32)
-    out[split] = (images.reshape(len(images), *IMAGE_SHAPE), labels)
-  return out
+  try:
+    source = tfds.data_source(name, split=split, data_dir=tfds_dir, download=download)
+    # One by one: the mock of tfds.testing.mock_data breaks __getitems__.
+    examples = [source[i] for i in range(len(source))]
+  # TFDS reports a missing or TFRecord-only copy as KeyError, ValueError or
+  # NotImplementedError (a RuntimeError), and preparing without TF as an ImportError.
+  except (ImportError, KeyError, OSError, RuntimeError, ValueError) as e:
+    raise DataError(
+        f"TFDS cannot load {name} split {split!r} from {where} ({reason(e)}); "
+        "data_source='tfds' needs a copy prepared as array_record (preparing "
+        f"needs TensorFlow), or use data_source='{other}'") from e
+  if not examples:
+    raise DataError(f"TFDS {name} split {split!r} in {where} is empty")
+  images = np.stack([np.asarray(e["image"]) for e in examples])
+  if images.shape[1:] not in (IMAGE_SHAPE, (*IMAGE_SHAPE, 1)) or images.dtype != np.uint8:
+    raise DataError(f"TFDS {name} split {split!r}: images are {images.dtype} "
+                    f"{images.shape[1:]}, expected uint8 {IMAGE_SHAPE}")
+  return images.reshape(len(images), *IMAGE_SHAPE), examples
 
 
 def load(source: str, name: str, data_dir: str | os.PathLike[str] | None = None

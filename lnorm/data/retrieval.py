@@ -39,7 +39,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from lnorm.data import DataError
-from lnorm.data.files import reason, swap_in
+from lnorm.data.files import atomic_write, reason, swap_in
 
 SPLITS = ("train", "dev", "test")
 CAPTIONS_PER_IMAGE = 5
@@ -272,8 +272,8 @@ def save_split(directory: str | os.PathLike[str], split: str, images: np.ndarray
     raise ValueError("an empty caption")
   directory.mkdir(parents=True, exist_ok=True)
   ims, caps = features_path(directory, split, prefix), captions_path(directory, split, prefix)
-  _atomic_write(ims, lambda f: np.save(f, images))
-  _atomic_write(caps, lambda f: f.write("".join(c + "\n" for c in captions).encode("utf-8")))
+  atomic_write(ims, lambda f: np.save(f, images))
+  atomic_write(caps, lambda f: f.write("".join(c + "\n" for c in captions).encode("utf-8")))
   return ims, caps
 
 
@@ -294,15 +294,3 @@ def save_splits(directory: str | os.PathLike[str],
   for name, text in (extra or {}).items():
     (tmp / name).write_text(text, encoding="utf-8")
   return swap_in(tmp, final, final.with_name(final.name + ".old"))
-
-
-def _atomic_write(path: Path, write) -> None:
-  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-  try:
-    with open(tmp, "wb") as f:
-      write(f)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  finally:
-    tmp.unlink(missing_ok=True)
