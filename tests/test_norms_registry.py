@@ -192,10 +192,46 @@ def test_gru_fallback_with_context_is_the_cells_scan_over_x_and_context():
   np.testing.assert_array_equal(y, want)
 
 
-def test_lstm_refuses_running_statistics_with_one_line():
-  with pytest.raises(ValueError, match="norm='batch' is not valid; choose one of: none, layer, "
-                     "layer_c, rms"):
-    R.LSTM(4, norm="batch")
+@pytest.mark.parametrize("masked", [False, True])
+def test_lstm_batch_norm_is_the_cells_scan_with_its_statistics(masked):
+  """norm='batch' (per-step statistics) scans LSTMCell: outputs, carry, the
+  updated running averages and the gradients equal Recurrent(LSTMCell)'s;
+  the averages start at 0 and 1 and the gains at Cooijmans et al.'s 0.1."""
+  x, mask = _seq_inputs()
+  mask = mask if masked else None
+  T = x.shape[1]
+  lstm = R.LSTM(5, norm="batch", max_steps=T, return_carry=True)
+  v = lstm.init(jax.random.key(1), x, mask)
+  assert sorted(v["batch_stats"]) == ["mean_c", "mean_h", "mean_x", "var_c", "var_h", "var_x"]
+  np.testing.assert_array_equal(v["batch_stats"]["var_h"], 1.0)
+  np.testing.assert_array_equal(v["params"]["gain_h"], np.float32(0.1))
+  p = _perturbed(dict(v["params"]))
+  rec = R.Recurrent(R.LSTMCell(5, norm="batch", max_steps=T))
+
+  def run_seq(p):
+    return lstm.apply({"params": p, "batch_stats": v["batch_stats"]}, x, mask,
+                      mutable=["batch_stats"])
+
+  def run_rec(p):
+    (carry, y), new = rec.apply({"params": {"cell": p},
+                                 "batch_stats": {"cell": v["batch_stats"]}}, x, mask,
+                                mutable=["batch_stats"])
+    return (carry[:2], y), {"batch_stats": new["batch_stats"]["cell"]}
+
+  got, want = run_seq(p), run_rec(p)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(got[1]["batch_stats"]["mean_x"], 0.0)
+  loss = lambda f: lambda p: jnp.sum(jnp.sin(f(p)[0][1]))
+  g_seq, g_rec = jax.grad(loss(run_seq))(p), jax.grad(loss(run_rec))(p)
+  for k in p:
+    np.testing.assert_array_equal(g_seq[k], g_rec[k])
+  ev = R.LSTM(5, norm="batch", max_steps=T, use_running_average=True)
+  _, want_ev = R.Recurrent(R.LSTMCell(5, norm="batch", max_steps=T, use_running_average=True)
+                           ).apply({"params": {"cell": p},
+                                    "batch_stats": {"cell": got[1]["batch_stats"]}}, x, mask)
+  np.testing.assert_array_equal(
+      ev.apply({"params": p, "batch_stats": got[1]["batch_stats"]}, x, mask), want_ev)
 
 
 # ---------------------------------------------------- the command line

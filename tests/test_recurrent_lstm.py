@@ -406,8 +406,10 @@ def test_lstm_empty_batch(norm, impl):
 
 def test_lstm_checks_arguments():
   x = inputs((B, T, I))
-  with pytest.raises(ValueError, match="norm='batch' is not valid; choose one of: none, "
-                     "layer, layer_c, rms"):
+  with pytest.raises(ValueError, match="norm='weight' is not valid; choose one of: none, "
+                     "layer, layer_c, batch, rms"):
+    R.LSTM(H, norm='weight')
+  with pytest.raises(ValueError, match="LSTM\\(norm='batch'\\) needs max_steps"):
     R.LSTM(H, norm='batch')
   with pytest.raises(ValueError, match='mask'):
     R.LSTM(H).init(jax.random.key(0), x, np.ones((B, T + 1), bool))

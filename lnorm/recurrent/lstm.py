@@ -26,8 +26,8 @@ class LSTM(nn.Module):
   DRAW variant) take the fast path below; any other norm the cell takes
   without running statistics scans the cell (``Recurrent(LSTMCell)``) on
   the same parameters (BENCHMARKS.md: its step time against the fast
-  path's). Batch norm's per-step statistics need the cell itself:
-  ``Recurrent(LSTMCell(H, norm='batch', max_steps=T))``. The fast path
+  path's), batch norm too (``max_steps`` and the other batch-norm fields
+  as ``LSTMCell``'s; its running averages in ``batch_stats``). The fast path
   equals ``Recurrent(cell)`` (without a mask, ``nn.RNN(cell)``) on the same
   parameters up to float32 rounding, and
   trains faster (BENCHMARKS.md): W_x x is one matmul over all steps (on
@@ -75,7 +75,12 @@ class LSTM(nn.Module):
   features: int
   norm: str = 'none'
   eps: float = 1e-5
-  gain_init: float = 1.0  # where every layer-norm gain starts
+  gain_init: float | None = None  # where every gain starts (None: 1, batch norm's 0.1)
+  # Batch norm only (the cell's scan, statistics per step): as LSTMCell's.
+  max_steps: int | None = None
+  use_running_average: bool = False
+  momentum: float = 0.99
+  unbiased: bool = False
   forget_bias: float = 0.0
   return_carry: bool = False
   unroll: int = 1
@@ -87,7 +92,10 @@ class LSTM(nn.Module):
   param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
-    norms.accept(self.norm, norms.GATES, norms.CELL, running_stats=False)
+    nm = norms.accept(self.norm, norms.GATES, norms.CELL)
+    if nm.running_stats and self.max_steps is None:
+      raise ValueError(f"LSTM(norm={self.norm!r}) needs max_steps, the number "
+                       "of time steps with statistics of their own")
     super().__post_init__()
 
   @nn.compact
@@ -97,7 +105,9 @@ class LSTM(nn.Module):
       raise ValueError(f'input of shape {x.shape} has no time axis')
     H = self.features
     batch_shape, (T, I) = x.shape[:-2], x.shape[-2:]
-    P = lstm_params(self, I, self.gain_init)
+    nm = norms.get(self.norm)
+    P = lstm_params(self, I, self.gain_init if self.gain_init is not None
+                    else nm.cell_gain_init)
     if norms.get(self.norm).name not in ls.NORMS:  # no fast path: the cell's scan
       return self._scan_cell(P, x, mask, initial_carry)
     k_x, k_h, g_h, g_x, b_4H, g_c, b_c = (
@@ -134,14 +144,37 @@ class LSTM(nn.Module):
 
   def _scan_cell(self, P, x, mask, initial_carry):
     """``Recurrent(LSTMCell)`` on this layer's parameters ``P``: for the norms
-    without a fast path."""
+    without a fast path. A norm's running statistics live in this layer's
+    ``batch_stats``, as the cell names them."""
     cell = LSTMCell(self.features, norm=self.norm, eps=self.eps, forget_bias=self.forget_bias,
-                    dtype=self.dtype, param_dtype=self.param_dtype)
+                    max_steps=self.max_steps, use_running_average=self.use_running_average,
+                    momentum=self.momentum, unbiased=self.unbiased, dtype=self.dtype,
+                    param_dtype=self.param_dtype)
     carry = initial_carry
     if carry is None:
       carry = cell.initialize_carry(jax.random.key(0), x.shape[:-2] + x.shape[-1:])
-    carry, y = Recurrent(cell, unroll=self.unroll).apply(
-        {'params': {'cell': P}}, x, mask, initial_carry=tuple(carry))
+    elif norms.get(self.norm).running_stats:
+      carry = (*carry, jnp.zeros((), jnp.int32))  # the step, shared by the batch
+    rec = Recurrent(cell, unroll=self.unroll)
+    if not norms.get(self.norm).running_stats:
+      carry, y = rec.apply({'params': {'cell': P}}, x, mask, initial_carry=tuple(carry))
+    else:
+      # The cell's statistics (constant inits) become this layer's variables.
+      shapes = jax.eval_shape(lambda: rec.init(jax.random.key(0), x, mask))['batch_stats']
+      stats = {k: self.variable('batch_stats', k, jnp.zeros if k.startswith('mean')
+                                else jnp.ones, v.shape, v.dtype)
+               for k, v in shapes['cell'].items()}
+      variables = {'params': {'cell': P},
+                   'batch_stats': {'cell': {k: v.value for k, v in stats.items()}}}
+      if self.is_mutable_collection('batch_stats') or self.is_initializing():
+        (carry, y), new = rec.apply(variables, x, mask, initial_carry=tuple(carry),
+                                    mutable=['batch_stats'])
+        if not self.is_initializing():  # init leaves the averages at 0 and 1
+          for k, v in new['batch_stats']['cell'].items():
+            stats[k].value = v
+      else:  # evaluation (use_running_average); training needs them mutable, as the cell's
+        carry, y = rec.apply(variables, x, mask, initial_carry=tuple(carry))
+      carry = carry[:2]
     if self.dtype is not None:
       carry, y = tuple(a.astype(self.dtype) for a in carry), y.astype(self.dtype)
     return (tuple(carry), y) if self.return_carry else y
