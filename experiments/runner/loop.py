@@ -200,8 +200,8 @@ def run_once(config: ml_collections.ConfigDict, workdir: str,
   its own files there (a table), and its measurements as the one record (step
   0) of metrics.jsonl, written last, so that a record means the run is whole.
   A rerun measures again and replaces the record. Returns the record."""
-  with _Stop(), _stopped_early("before its record was written; nothing was recorded. Rerun the same command to start it "
-                               "again"):
+  with _Stop(), _stopped_early("before its record was written; nothing was recorded. "
+                               "Rerun the same command to start it again"):
     with wdir.claim(workdir, config) as claim:
       wd = claim.create()
       return wdir.record_once(wd, compute(wd))
