@@ -387,6 +387,31 @@ def cases(tmp: Path, data: Path, mount: bool) -> list[Callable[[], Outcome]]:
     return outcome("--workdir \"\"", "input", r, outside=bool(stray))
   case(empty_workdir)
 
+  # -- Norms from the registry: one line naming what the model takes. ----------
+  for name, args in [
+      ("group norm whose groups do not divide a layer",
+       (PI, "--config.norm=group", "--config.norm_groups=7")),
+      ("a module:Name that is not a Norm", (PI, "--config.norm=tests.user_norm:NotANorm")),
+      ("a module:Name whose module does not import", (PI, "--config.norm=nosuch.module:X")),
+      ("transformer: batch norm", ("--config=configs/transformer.py:smoke", "--config.norm=batch")),
+      ("DRAW: a norm its cells cannot take",
+       ("--config=configs/draw.py:smoke", "--config.norm=group")),
+  ]:
+    env_case(name, None, args)
+
+  for name, args in [
+      ("reproduce norms: unknown task", ("--tasks", "nope")),
+      ("reproduce norms: unknown norm", ("--norms", "foo")),
+      ("reproduce norms: a norm no chosen task takes", ("--tasks", "handwriting", "--norms", "batch")),
+  ]:
+    def f(name=name, args=args):
+      runs_dir = tmp / name / "runs"
+      r = reproduce("norms", "--preset", "smoke", "--runs_dir", str(runs_dir),
+                    "--results_dir", str(tmp / name / "res"), *args)
+      return outcome(name, "input", r, note="AFTER runs" if runs_dir.exists() and any(
+          runs_dir.rglob("metrics.jsonl")) else "before any run")
+    case(f)
+
   # -- Resumes that change what the record says. -------------------------------
   def old_config_field():
     w = finished_run("oldfield")
