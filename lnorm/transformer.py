@@ -220,23 +220,6 @@ def _dense(features: int, dtype, name: str, scale: float = 1.0) -> nn.Dense:
                   name=name)
 
 
-class _DenseParams(nn.Module):
-  """A Dense layer's parameters as ``_dense`` makes them (``kernel`` (I, F),
-  Xavier times ``scale``, then ``bias`` (F,), zeros: the same names, init and
-  order, so the same values), returned rather than applied."""
-  features: int
-  scale: float = 1.0
-
-  @nn.compact
-  def __call__(self, in_features: int) -> tuple[Array, Array]:
-    init = nn.initializers.xavier_uniform()
-    kernel_IxF = self.param("kernel", lambda key, shape, dt: init(key, shape, dt) * self.scale
-                            if self.scale != 1.0 else init(key, shape, dt),
-                            (in_features, self.features), jnp.float32)
-    bias_F = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
-    return kernel_IxF, bias_F
-
-
 class CausalSelfAttention(nn.Module):
   num_heads: int
   dtype: Any = jnp.float32
@@ -249,30 +232,21 @@ class CausalSelfAttention(nn.Module):
   def __call__(self, x_BxTxD: Array) -> Array:
     B, T, D = x_BxTxD.shape
     H = self.num_heads
-    # W^Q, W^K, W^V are three Dense layers' parameters, applied as one (D, 3D)
-    # matmul: on a CPU one wider matmul runs faster than three (issue 60).
-    w = [_DenseParams(D, scale, name=n)(D) for n, scale in
-         (("query", 1.0), ("key", 1.0), ("value", self.value_scale))]
-    x, w_Dx3D, b_3D = nn.dtypes.promote_dtype(
-        x_BxTxD, jnp.concatenate([k for k, _ in w], 1), jnp.concatenate([b for _, b in w]),
-        dtype=self.dtype)
-    qkv_BxTx3D = jax.lax.dot_general(x, w_Dx3D, (((2,), (0,)), ((), ()))) + b_3D
     split = lambda y: y.reshape(B, T, H, D // H)
-    q_BxTxHxK, k_BxTxHxK, v_BxTxHxK = (split(y) for y in jnp.split(qkv_BxTx3D, 3, axis=-1))
+    q_BxTxHxK = split(_dense(D, self.dtype, "query")(x_BxTxD))
+    k_BxTxHxK = split(_dense(D, self.dtype, "key")(x_BxTxD))
+    v_BxTxHxK = split(_dense(D, self.dtype, "value", self.value_scale)(x_BxTxD))
     if not norms.get(self.qk_norm).identity:  # over each head's K features, gains shared by the heads
       q_BxTxHxK = Norm(self.qk_norm, self.eps, name="query_norm")(q_BxTxHxK)
       k_BxTxHxK = Norm(self.qk_norm, self.eps, name="key_norm")(k_BxTxHxK)
     q_BxTxHxK = q_BxTxHxK * jnp.asarray(1 / math.sqrt(D // H), self.dtype)
-    # Heads before time for the two batched matmuls (XLA:CPU runs them on
-    # batch-major operands; transposing once here is cheaper than its own).
-    heads = lambda y: y.transpose(0, 2, 1, 3)
-    s_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", heads(q_BxTxHxK), heads(k_BxTxHxK))
+    s_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxTxHxK)
     # The softmax in float32: bfloat16's 8 bits would blur near-equal scores.
     causal_TxS = jnp.tril(jnp.ones((T, T), bool))
     s_BxHxTxS = jnp.where(causal_TxS[None, None], s_BxHxTxS.astype(jnp.float32), -1e30)
     p_BxHxTxS = jax.nn.softmax(s_BxHxTxS, axis=-1).astype(self.dtype)
-    o_BxHxTxK = jnp.einsum("bhts,bhsk->bhtk", p_BxHxTxS, heads(v_BxTxHxK))
-    return _dense(D, self.dtype, "out", self.out_scale)(heads(o_BxHxTxK).reshape(B, T, D))
+    o_BxTxHxK = jnp.einsum("bhts,bshk->bthk", p_BxHxTxS, v_BxTxHxK)
+    return _dense(D, self.dtype, "out", self.out_scale)(o_BxTxHxK.reshape(B, T, D))
 
 
 class MLP(nn.Module):
