@@ -248,9 +248,20 @@ def gru_step(nm: norms.Norm, P: dict[str, Array], wx_Bx2H: Array, wh_Bx2H: Array
   return ((1.0 - z_BxH) * h_BxH + z_BxH * hh_BxH).astype(h_BxH.dtype)
 
 
-class _CellMixin:
-  """Shared carry bookkeeping (no fields: flax dataclass field order). The
-  default carry is one zero state ``h``."""
+class RecurrentModule(nn.Module, kw_only=True):
+  """The fields every module of ``lnorm.recurrent`` has: its initialisers and
+  dtypes (see the conventions above). Keyword-only: a base's fields come
+  first in a dataclass, and keyword-only they leave each module's own fields
+  (``features``, ``norm``, ...) in their positional order."""
+  kernel_init: Initializer = default_kernel_init
+  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
+  bias_init: Initializer = initializers.zeros_init()
+  dtype: Dtype | None = None
+  param_dtype: Dtype = jnp.float32
+
+
+class _Cell(RecurrentModule, nn.RNNCellBase):
+  """A cell's carry bookkeeping. The default carry is one zero state ``h``."""
 
   @property
   def num_feature_axes(self) -> int:
@@ -261,7 +272,7 @@ class _CellMixin:
     return _zeros_carry(input_shape[:-1], self.features, self.param_dtype)
 
 
-class LSTMCell(_CellMixin, nn.RNNCellBase):
+class LSTMCell(_Cell):
   """The LSTM with ``norm`` any of ``lstm_norms()``: 'none', 'layer',
   'layer_c', 'batch', or any other norm of ``GATES`` and ``CELL``, applied
   where 'layer' applies LN (its parameters suffixed ``_h``, ``_x``, ``_c``).
@@ -333,11 +344,6 @@ class LSTMCell(_CellMixin, nn.RNNCellBase):
   use_running_average: bool = False
   momentum: float = 0.99
   unbiased: bool = False
-  kernel_init: Initializer = default_kernel_init
-  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
-  bias_init: Initializer = initializers.zeros_init()
-  dtype: Dtype | None = None
-  param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
     nm = norms.accept(self.norm, GATES, CELL)
@@ -393,7 +399,7 @@ class LSTMCell(_CellMixin, nn.RNNCellBase):
     return (z, z)
 
 
-class GRUCell(_CellMixin, nn.RNNCellBase):
+class GRUCell(_Cell):
   """The paper's GRU (reset applied after U), ``norm`` any of ``gru_norms()``:
   'none', 'layer', or any other norm of ``GATES`` applied where 'layer'
   applies LN (its parameters suffixed ``_h``, ``_x``, ``_xc``, ``_hc``).
@@ -427,11 +433,6 @@ class GRUCell(_CellMixin, nn.RNNCellBase):
   features: int
   norm: str = 'none'
   eps: float = 1e-5
-  kernel_init: Initializer = default_kernel_init
-  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
-  bias_init: Initializer = initializers.zeros_init()
-  dtype: Dtype | None = None
-  param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
     norms.accept(self.norm, GATES, running_stats=False)
@@ -448,7 +449,7 @@ class GRUCell(_CellMixin, nn.RNNCellBase):
     return h_new, h_new
 
 
-class RNNCell(_CellMixin, nn.RNNCellBase):
+class RNNCell(_Cell):
   """The vanilla RNN, ``norm`` any of ``rnn_norms()`` ('none', 'layer', or
   another norm of ``GATES`` where 'layer' applies LN). Carry and output ``h``.
 
@@ -465,11 +466,6 @@ class RNNCell(_CellMixin, nn.RNNCellBase):
   norm: str = 'none'
   eps: float = 1e-5
   activation: Callable[[Array], Array] = jnp.tanh
-  kernel_init: Initializer = default_kernel_init
-  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
-  bias_init: Initializer = initializers.zeros_init()
-  dtype: Dtype | None = None
-  param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
     norms.accept(self.norm, GATES, running_stats=False)

@@ -5,21 +5,19 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
-from flax.linen import initializers
 from flax.linen.dtypes import promote_dtype
-from flax.typing import Array, Dtype, Initializer
+from flax.typing import Array
 
 from lnorm import norms
 from lnorm.normalization import layer_norm
 from lnorm.recurrent import gru_scan as gs
-from lnorm.recurrent.cells import (GRUCell, default_kernel_init, default_recurrent_kernel_init,
-                                   gru_params)
+from lnorm.recurrent.cells import GRUCell, RecurrentModule, gru_params
 from lnorm.recurrent.gru_scan import gru_scan
 from lnorm.recurrent.lstm_scan import center, proj
 from lnorm.recurrent.masked_scan import Recurrent
 
 
-class GRU(nn.Module):
+class GRU(RecurrentModule):
   """A GRU layer over whole sequences: (*batch, T, in) -> (*batch, T, H).
 
   It computes what scanning ``GRUCell(features, norm=norm)`` computes, with
@@ -54,11 +52,6 @@ class GRU(nn.Module):
   eps: float = 1e-5
   return_carry: bool = False
   unroll: int = 1
-  kernel_init: Initializer = default_kernel_init
-  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
-  bias_init: Initializer = initializers.zeros_init()
-  dtype: Dtype | None = None
-  param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
     norms.accept(self.norm, norms.GATES, running_stats=False)

@@ -5,19 +5,17 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
-from flax.linen import initializers
 from flax.linen.dtypes import promote_dtype
-from flax.typing import Array, Dtype, Initializer
+from flax.typing import Array
 
 from lnorm import norms
 from lnorm.recurrent import lstm_scan as ls
-from lnorm.recurrent.cells import (LSTMCell, default_kernel_init, default_recurrent_kernel_init,
-                                   lstm_params)
+from lnorm.recurrent.cells import LSTMCell, RecurrentModule, lstm_params
 from lnorm.recurrent.lstm_scan import center, lstm_scan
 from lnorm.recurrent.masked_scan import Recurrent
 
 
-class LSTM(nn.Module):
+class LSTM(RecurrentModule):
   """An LSTM layer over whole sequences: (*batch, T, in) -> (*batch, T, H).
 
   ``norm`` selects the cell it computes, ``LSTMCell(features, norm=norm)``,
@@ -85,11 +83,6 @@ class LSTM(nn.Module):
   return_carry: bool = False
   unroll: int = 1
   native: bool = True
-  kernel_init: Initializer = default_kernel_init
-  recurrent_kernel_init: Initializer = default_recurrent_kernel_init
-  bias_init: Initializer = initializers.zeros_init()
-  dtype: Dtype | None = None
-  param_dtype: Dtype = jnp.float32
 
   def __post_init__(self):
     nm = norms.accept(self.norm, norms.GATES, norms.CELL)
