@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 B, I, H, T = 3, 4, 5, 6
 EPS = 1e-5
@@ -178,3 +179,105 @@ def init_cell(cell, batch=B):
   x = inputs((batch, I))
   carry = cell.initialize_carry(None, x.shape)
   return jax.jit(cell.init)(jax.random.key(0), carry, x)
+
+
+def native_xla_f64(make_grad, ours, ref64, args, scan_module, kernel, monkeypatch):
+  """What the native kernels' tests compare: the gradients (outputs as aux)
+  of ``ours`` through the native kernels, asserted in its HLO as
+  ``<kernel>_fwd`` and ``_bwd``; through XLA, ``scan_module._native_ok``
+  off; and of ``ref64``, the cell's scan, in float64. ``make_grad(run)``: the
+  test's jitted gradient. Returns the HLO text and the three."""
+  grad = make_grad(ours)
+  text = grad.lower(*args).as_text()
+  assert f'{kernel}_fwd' in text and f'{kernel}_bwd' in text
+  got = grad(*args)
+  with monkeypatch.context() as m:
+    m.setattr(scan_module, '_native_ok', lambda *_: False)
+    grad_xla = make_grad(ours)
+    assert kernel not in grad_xla.lower(*args).as_text()
+    want = grad_xla(*args)
+  with jax.enable_x64(True):
+    want64 = make_grad(ref64)(*f64(args))
+  return text, got, want, want64
+
+
+def assert_f32_paths_near_f64(got, want, want64, terms):
+  """Both float32 paths' leaves against float64's, to ``f32_atol`` of
+  ``terms`` rounded products."""
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(want64)):
+    assert a.dtype == jnp.float32
+    a, b, c = (np.asarray(v, np.float64) for v in (a, b, c))
+    scale = float(np.max(np.abs(c)))
+    assert scale > 0
+    np.testing.assert_allclose(a, c, rtol=0, atol=f32_atol(scale, terms))
+    np.testing.assert_allclose(b, c, rtol=0, atol=f32_atol(scale, terms))
+
+
+def assert_second_order_and_vmap(ours, ref, params, x, atol):
+  """Higher-order derivatives and vmap, which the native kernels leave to
+  XLA: ``ours(p, x) -> y`` against ``ref``, the cell's scan, in the
+  parameter gradient of |dy/dx|^2 and in y of a vmapped pair of inputs
+  (``atol``: the float32 paths' distance in y)."""
+
+  def grad_norm(run):
+    def f(p):
+      g = jax.grad(lambda x: jnp.sum(jnp.sin(run(p, x))))(x)
+      return jnp.sum(g * g)
+    return jax.jit(jax.grad(f))
+
+  for a, b in zip(jax.tree.leaves(grad_norm(ours)(params)),
+                  jax.tree.leaves(grad_norm(ref)(params))):
+    # Third derivatives, two float32 orders: through 10 LN-LSTM steps 1.6e-5
+    # of the largest entry apart on an AVX2 AMD EPYC host.
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * float(np.max(np.abs(b))))
+  xs = jnp.stack([x, 2 * x])
+  y = jax.jit(jax.vmap(lambda x: ours(params, x)))(xs)
+  for k in range(2):
+    np.testing.assert_allclose(y[k], jax.jit(ref)(params, xs[k]), rtol=1e-5, atol=atol)
+
+
+def assert_params_are_the_cells(layer, cell):
+  """A sequence layer's initial parameters are its cell's: the same names,
+  shapes and dtype (float32), and the same constant inits (gains 1, biases
+  0 or the forget bias). Returns the layer's."""
+  p = layer.init(jax.random.key(0), inputs((B, T, I)))['params']
+  p_cell = init_cell(cell)['params']
+  assert set(p) == set(p_cell)
+  for k in p:
+    assert p[k].shape == p_cell[k].shape and p[k].dtype == jnp.float32
+    if not k.startswith('kernel'):
+      np.testing.assert_array_equal(p[k], p_cell[k])
+  return p
+
+
+def assert_batch_axes_and_carry(layer):
+  """``layer`` (a sequence layer with ``return_carry``) takes any number of
+  batch axes, none included, and its final carry continues the sequence."""
+  x = inputs((2, 3, T, I))
+  params = perturb(jax.jit(layer.init)(jax.random.key(0), x)['params'])
+  apply = jax.jit(layer.apply)
+  carry, y = apply({'params': params}, x)
+  assert y.shape == (2, 3, T, H)
+  assert all(a.shape == (2, 3, H) for a in jax.tree.leaves(carry))
+  _, y_flat = apply({'params': params}, x.reshape(6, T, I))
+  np.testing.assert_allclose(y.reshape(6, T, H), y_flat, rtol=1e-6, atol=1e-7)
+  _, y1 = apply({'params': params}, x[0, 0])
+  np.testing.assert_allclose(y1, y[0, 0], rtol=1e-6, atol=1e-7)
+  # Two halves with the carry handed over equal the whole.
+  k = T // 2
+  carry1, ya = apply({'params': params}, x[..., :k, :])
+  carry2, yb = apply({'params': params}, x[..., k:, :], initial_carry=carry1)
+  np.testing.assert_allclose(jnp.concatenate([ya, yb], -2), y, rtol=1e-5, atol=1e-6)
+  for a, b in zip(jax.tree.leaves(carry2), jax.tree.leaves(carry)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def assert_rejects_bad_shapes(layer):
+  """A sequence layer's errors for a mask of another shape than the input's
+  (batch, time) and for an input without a time axis."""
+  x = inputs((B, T, I))
+  with pytest.raises(ValueError, match='mask'):
+    layer.init(jax.random.key(0), x, np.ones((B, T + 1), bool))
+  with pytest.raises(ValueError, match='time axis'):
+    layer.init(jax.random.key(0), x[0, 0])

@@ -13,8 +13,10 @@ import pytest
 from lnorm import native
 from lnorm import recurrent as R
 from lnorm.recurrent import gru_scan
-from tests.recurrent_refs import (B, H, I, LENGTHS, T, f32_atol, f64, init_cell, inputs,
-                                  length_mask, perturb, random_carry)
+from tests.recurrent_refs import (B, H, I, LENGTHS, T, assert_batch_axes_and_carry,
+                                  assert_f32_paths_near_f64, assert_params_are_the_cells,
+                                  assert_rejects_bad_shapes, assert_second_order_and_vmap, f64,
+                                  inputs, length_mask, native_xla_f64, perturb, random_carry)
 
 
 def _setup(norm, dtype=jnp.float32):
@@ -113,34 +115,18 @@ def test_gru_native_steps_match_xla_and_float64(norm, masked, size, monkeypatch)
   h0 = random_carry(jnp.zeros((nb, features)))
   mask = length_mask(LENGTHS if nb > 1 else [T - 2]) if masked else None
   ours = lambda p, x, h0: gru.apply({'params': p}, x, mask, initial_carry=h0)
-  grad = _grad(ours)
-  text = grad.lower(params, x, h0).as_text()
-  assert 'lnorm_gru_fwd' in text and 'lnorm_gru_bwd' in text
-  got = grad(params, x, h0)
-  with monkeypatch.context() as m:
-    m.setattr(gru_scan, '_native_ok', lambda *_: False)
-    grad_xla = _grad(ours)
-    assert 'lnorm_gru' not in grad_xla.lower(params, x, h0).as_text()
-    want = grad_xla(params, x, h0)
-  with jax.enable_x64(True):
-    cell64 = R.GRUCell(features, norm=norm, param_dtype=jnp.float64)
-    ref = lambda p, x, h0: R.Recurrent(cell64).apply(
-        {'params': {'cell': p}}, x, mask, initial_carry=h0)
-    want64 = _grad(ref)(f64(params), f64(x), f64(h0))
-    assert 'lnorm_gru' not in _grad(ours).lower(f64(params), f64(x), f64(h0)).as_text()
-  assert jax.tree.structure(got) == jax.tree.structure(want)
-  (g, (y, h)) = got
+  cell64 = R.GRUCell(features, norm=norm, param_dtype=jnp.float64)
+  ref64 = lambda p, x, h0: R.Recurrent(cell64).apply(
+      {'params': {'cell': p}}, x, mask, initial_carry=h0)
+  args = (params, x, h0)
+  _, got, want, want64 = native_xla_f64(_grad, ours, ref64, args, gru_scan, 'lnorm_gru',
+                                        monkeypatch)
+  with jax.enable_x64(True):  # float64 keeps to XLA
+    assert 'lnorm_gru' not in _grad(ours).lower(*f64(args)).as_text()
   if masked:
-    np.testing.assert_array_equal(y[np.logical_not(mask)], 0.0)
+    np.testing.assert_array_equal(got[1][0][np.logical_not(mask)], 0.0)
   # Each path against float64: a step sums I + H products, over T steps.
-  terms = (I + features) * T
-  for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(want64)):
-    assert a.dtype == jnp.float32
-    a, b, c = (np.asarray(v, np.float64) for v in (a, b, c))
-    scale = float(np.max(np.abs(c)))
-    assert scale > 0
-    np.testing.assert_allclose(a, c, rtol=0, atol=f32_atol(scale, terms))
-    np.testing.assert_allclose(b, c, rtol=0, atol=f32_atol(scale, terms))
+  assert_f32_paths_near_f64(got, want, want64, (I + features) * T)
 
 
 @pytest.mark.slow
@@ -151,20 +137,7 @@ def test_gru_second_order_and_vmap(norm, impl):
   gru, cell, params, x, h0 = _setup(norm)
   ours = lambda p, x: gru.apply({'params': p}, x, initial_carry=h0)[1]
   ref = lambda p, x: R.Recurrent(cell).apply({'params': {'cell': p}}, x, initial_carry=h0)[1]
-
-  def grad_norm(run):
-    def f(p):
-      g = jax.grad(lambda x: jnp.sum(jnp.sin(run(p, x))))(x)
-      return jnp.sum(g * g)
-    return jax.jit(jax.grad(f))
-
-  for a, b in zip(jax.tree.leaves(grad_norm(ours)(params)),
-                  jax.tree.leaves(grad_norm(ref)(params))):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * float(np.max(np.abs(b))))
-  xs = jnp.stack([x, 2 * x])
-  y = jax.jit(jax.vmap(lambda x: ours(params, x)))(xs)
-  for k in range(2):
-    np.testing.assert_allclose(y[k], jax.jit(ref)(params, xs[k]), rtol=1e-5, atol=1e-6)
+  assert_second_order_and_vmap(ours, ref, params, x, atol=1e-6)
 
 
 @pytest.mark.parametrize('norm', ('none', 'layer'))
@@ -181,32 +154,12 @@ def test_gru_empty_batch(norm, impl):
 
 @pytest.mark.parametrize('norm', ('none', 'layer'))
 def test_gru_params_are_the_cells(norm):
-  x = inputs((B, T, I))
-  p = R.GRU(H, norm=norm).init(jax.random.key(0), x)['params']
-  p_cell = init_cell(R.GRUCell(H, norm=norm))['params']
-  assert set(p) == set(p_cell)
-  for k in p:
-    assert p[k].shape == p_cell[k].shape and p[k].dtype == jnp.float32
-    if not k.startswith('kernel'):
-      np.testing.assert_array_equal(p[k], p_cell[k])  # gains 1, biases 0
+  assert_params_are_the_cells(R.GRU(H, norm=norm), R.GRUCell(H, norm=norm))
 
 
 @pytest.mark.slow
 def test_gru_batch_axes_and_carry():
-  gru = R.GRU(H, norm='layer', return_carry=True)
-  x = inputs((2, 3, T, I))
-  params = perturb(jax.jit(gru.init)(jax.random.key(0), x)['params'])
-  apply = jax.jit(gru.apply)
-  h, y = apply({'params': params}, x)
-  assert y.shape == (2, 3, T, H) and h.shape == (2, 3, H)
-  _, y_flat = apply({'params': params}, x.reshape(6, T, I))
-  np.testing.assert_allclose(y.reshape(6, T, H), y_flat, rtol=1e-6, atol=1e-7)
-  k = T // 2
-  h1, ya = apply({'params': params}, x[..., :k, :])
-  h2, yb = apply({'params': params}, x[..., k:, :], initial_carry=h1)
-  np.testing.assert_allclose(jnp.concatenate([ya, yb], -2), y, rtol=1e-5,
-                             atol=1e-6)
-  np.testing.assert_allclose(h2, h, rtol=1e-5, atol=1e-6)
+  assert_batch_axes_and_carry(R.GRU(H, norm='layer', return_carry=True))
 
 
 @pytest.mark.slow
@@ -235,14 +188,10 @@ def test_gru_dtypes():
 
 
 def test_gru_checks_arguments():
-  x = inputs((B, T, I))
   with pytest.raises(ValueError, match="norm='layer_c' is not valid; choose one of: none, "
                      "layer, rms"):
     R.GRU(H, norm='layer_c')
-  with pytest.raises(ValueError, match='mask'):
-    R.GRU(H).init(jax.random.key(0), x, np.ones((B, T + 1), bool))
-  with pytest.raises(ValueError, match='time axis'):
-    R.GRU(H).init(jax.random.key(0), x[0, 0])
+  assert_rejects_bad_shapes(R.GRU(H))
 
 
 @pytest.mark.parametrize('norm', ('none', 'layer'))

@@ -18,8 +18,11 @@ import pytest
 from lnorm import native
 from lnorm import recurrent as R
 from lnorm.recurrent import lstm_scan
-from tests.recurrent_refs import (B, H, I, LENGTHS, T, f32_atol, f64, init_cell,
-                                  inputs, length_mask, perturb, random_carry)
+from tests.recurrent_refs import (B, H, I, LENGTHS, T, assert_batch_axes_and_carry,
+                                  assert_f32_paths_near_f64, assert_params_are_the_cells,
+                                  assert_rejects_bad_shapes, assert_second_order_and_vmap,
+                                  f32_atol, f64, inputs, length_mask, native_xla_f64, perturb,
+                                  random_carry)
 
 # ------------------------------------------------------------ sequence LSTM
 
@@ -175,36 +178,19 @@ def test_lstm_native_scans_match_xla_and_float64(norm, masked, size, monkeypatch
   carry0 = random_carry((jnp.zeros((nb, features)),) * 2)
   mask = length_mask(lengths, steps) if masked else None
   ours = lambda p, x, c0: lstm.apply({'params': p}, x, mask, initial_carry=c0)
-  grad = _seq_grad(ours)
-  text = grad.lower(params, x, carry0).as_text()
-  assert 'lnorm_lstm_fwd' in text and 'lnorm_lstm_bwd' in text
+  cell64 = R.LSTMCell(features, norm=norm, param_dtype=jnp.float64)
+  ref64 = lambda p, x, c0: R.Recurrent(cell64).apply(
+      {'params': {'cell': p}}, x, mask, initial_carry=c0)
+  text, got, want, want64 = native_xla_f64(_seq_grad, ours, ref64, (params, x, carry0),
+                                           lstm_scan, 'lnorm_lstm', monkeypatch)
   # The forward kernel takes x (proj = 1) or xw (proj = 0), as I says, and
   # with x, 'layer''s backward kernel too.
   in_kernel = inputs_n <= lstm_scan.XW_IN_KERNEL_MAX_I
   assert text.count('proj = 1 ') == in_kernel * (1 + (norm == 'layer'))
-  got = grad(params, x, carry0)
-  with monkeypatch.context() as m:
-    m.setattr(lstm_scan, '_native_ok', lambda *_: False)
-    grad_xla = _seq_grad(ours)
-    assert 'lnorm_lstm' not in grad_xla.lower(params, x, carry0).as_text()
-    want = grad_xla(params, x, carry0)
-  with jax.enable_x64(True):
-    cell64 = R.LSTMCell(features, norm=norm, param_dtype=jnp.float64)
-    ref = lambda p, x, c0: R.Recurrent(cell64).apply(
-        {'params': {'cell': p}}, x, mask, initial_carry=c0)
-    want64 = _seq_grad(ref)(f64(params), f64(x), f64(carry0))
-  assert jax.tree.structure(got) == jax.tree.structure(want)
   if masked:
     np.testing.assert_array_equal(got[1][0][np.logical_not(mask)], 0.0)
   # Each path against float64: a step sums I + H products, over T steps.
-  terms = (inputs_n + features) * steps
-  for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(want64)):
-    assert a.dtype == jnp.float32
-    a, b, c = (np.asarray(v, np.float64) for v in (a, b, c))
-    scale = float(np.max(np.abs(c)))
-    assert scale > 0
-    np.testing.assert_allclose(a, c, rtol=0, atol=f32_atol(scale, terms))
-    np.testing.assert_allclose(b, c, rtol=0, atol=f32_atol(scale, terms))
+  assert_f32_paths_near_f64(got, want, want64, (inputs_n + features) * steps)
 
 
 @pytest.mark.parametrize('masked', [False, True])
@@ -294,24 +280,9 @@ def test_lstm_second_order_and_vmap(norm, impl):
   against the cell's scan."""
   lstm, cell, params, x, carry0, _ = _seq_setup(norm)
   ours, ref = _seq_runs(lstm, cell, None)
-
-  def grad_norm(run):
-    def f(p):
-      g = jax.grad(lambda x: jnp.sum(jnp.sin(run(p, x, carry0)[1])))(x)
-      return jnp.sum(g * g)
-    return jax.jit(jax.grad(f))
-
-  for a, b in zip(jax.tree_util.tree_leaves(grad_norm(ours)(params)),
-                  jax.tree_util.tree_leaves(grad_norm(ref)(params))):
-    # Third derivatives through 10 LN-LSTM steps, two float32 orders: 1.6e-5
-    # of the largest entry apart on an AVX2 AMD EPYC host.
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-5 * float(np.max(np.abs(b))))
-  xs = jnp.stack([x, 2 * x])
-  y = jax.jit(jax.vmap(lambda x: ours(params, x, carry0)[1]))(xs)
-  ref_y = jax.jit(lambda x: ref(params, x, carry0)[1])
-  for k in range(2):
-    np.testing.assert_allclose(y[k], ref_y(xs[k]),  # tol: test_lstm_matches_recurrent_cell's
-                               rtol=1e-5, atol=5e-6)
+  y = lambda run: lambda p, x: run(p, x, carry0)[1]
+  # atol: test_lstm_matches_recurrent_cell's.
+  assert_second_order_and_vmap(y(ours), y(ref), params, x, atol=5e-6)
 
 
 @pytest.mark.slow
@@ -349,16 +320,9 @@ def test_lstm_layer_norm_far_from_zero(impl):
     ('layer_c', {'kernel_x', 'kernel_h', 'bias', 'gain_c', 'bias_c'}),
 ])
 def test_lstm_params_are_the_cells(norm, names):
-  x = inputs((B, T, I))
-  p = R.LSTM(H, norm=norm, forget_bias=1.0).init(jax.random.key(0), x)[
-      'params']
-  cell = R.LSTMCell(H, norm=norm, forget_bias=1.0)
-  p_cell = init_cell(cell)['params']
-  assert set(p) == set(p_cell) == names
-  for k in names:
-    assert p[k].shape == p_cell[k].shape and p[k].dtype == jnp.float32
-    if not k.startswith('kernel'):
-      np.testing.assert_array_equal(p[k], p_cell[k])  # gains 1, biases 0
+  p = assert_params_are_the_cells(R.LSTM(H, norm=norm, forget_bias=1.0),
+                                  R.LSTMCell(H, norm=norm, forget_bias=1.0))
+  assert set(p) == names
   k_h = np.asarray(p['kernel_h'], np.float64)
   for j in range(4):
     blk = k_h[:, j * H:(j + 1) * H]
@@ -367,27 +331,7 @@ def test_lstm_params_are_the_cells(norm, names):
 
 @pytest.mark.slow
 def test_lstm_batch_axes_and_carry():
-  """Any number of batch axes; the final carry continues the sequence."""
-  lstm = R.LSTM(H, norm='layer', return_carry=True)
-  x = inputs((2, 3, T, I))
-  params = perturb(jax.jit(lstm.init)(jax.random.key(0), x)['params'])
-  apply = jax.jit(lstm.apply)
-  (c, h), y = apply({'params': params}, x)
-  assert y.shape == (2, 3, T, H) and c.shape == h.shape == (2, 3, H)
-  (_, _), y_flat = apply({'params': params}, x.reshape(6, T, I))
-  np.testing.assert_allclose(y.reshape(6, T, H), y_flat, rtol=1e-6,
-                             atol=1e-7)
-  (_, _), y1 = apply({'params': params}, x[0, 0])  # no batch axis
-  np.testing.assert_allclose(y1, y[0, 0], rtol=1e-6, atol=1e-7)
-  # Two halves with the carry handed over equal the whole.
-  k = T // 2
-  (c1, h1), ya = apply({'params': params}, x[..., :k, :])
-  (c2, h2), yb = apply({'params': params}, x[..., k:, :],
-                       initial_carry=(c1, h1))
-  np.testing.assert_allclose(jnp.concatenate([ya, yb], -2), y, rtol=1e-5,
-                             atol=1e-6)
-  np.testing.assert_allclose(c2, c, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(h2, h, rtol=1e-5, atol=1e-6)
+  assert_batch_axes_and_carry(R.LSTM(H, norm='layer', return_carry=True))
 
 
 @pytest.mark.slow
@@ -405,16 +349,12 @@ def test_lstm_empty_batch(norm, impl):
 
 
 def test_lstm_checks_arguments():
-  x = inputs((B, T, I))
   with pytest.raises(ValueError, match="norm='weight' is not valid; choose one of: none, "
                      "layer, layer_c, batch, rms"):
     R.LSTM(H, norm='weight')
   with pytest.raises(ValueError, match="LSTM\\(norm='batch'\\) needs max_steps"):
     R.LSTM(H, norm='batch')
-  with pytest.raises(ValueError, match='mask'):
-    R.LSTM(H).init(jax.random.key(0), x, np.ones((B, T + 1), bool))
-  with pytest.raises(ValueError, match='time axis'):
-    R.LSTM(H).init(jax.random.key(0), x[0, 0])
+  assert_rejects_bad_shapes(R.LSTM(H))
 
 
 @pytest.mark.slow
