@@ -1,5 +1,6 @@
-"""Float64 numpy transcriptions of the recurrent equations, and helpers shared
-by the tests of the cells and of the sequence layers."""
+"""Float64 numpy transcriptions of the recurrent equations, helpers shared by
+the tests of the cells and of the sequence layers, and the checks that the
+sequence layers' tests (``LSTM``'s and ``GRU``'s) both make."""
 
 from __future__ import annotations
 
@@ -180,6 +181,8 @@ def init_cell(cell, batch=B):
   carry = cell.initialize_carry(None, x.shape)
   return jax.jit(cell.init)(jax.random.key(0), carry, x)
 
+
+# ----------------------------------------------------- sequence layers' checks
 
 def native_xla_f64(make_grad, ours, ref64, args, scan_module, kernel, monkeypatch):
   """What the native kernels' tests compare: the gradients (outputs as aux)
