@@ -5,12 +5,11 @@ verdicts (the runs themselves: test_runner.py, test_transformer_run.py)."""
 import json
 import math
 import statistics
-from pathlib import Path
 
 import pytest
 
 from lnorm import norms
-from tests.test_reproduce import _REAL_POPEN, fake_inputs, full_config, judge_smoke_runs
+from tests.test_reproduce import FakeMainRun, fake_inputs, fake_record, judge_smoke_runs
 
 
 @pytest.fixture
@@ -143,7 +142,7 @@ def test_a_claim_is_judged_seed_by_seed_under_the_one_rule():
   assert "| DyT better than LN on little data" in md and "cannot answer at this scale" in md
 
 
-class FakeNormsRun:
+class FakeNormsRun(FakeMainRun):
   """Stands in for ``experiments.main``: the preset's whole config with the
   overrides; pi_mnist's test error 0.02 + 0.01 * (norm's index) + 0.001 *
   seed, falling over 2 epochs, and batch norm diverging after its first
@@ -152,19 +151,9 @@ class FakeNormsRun:
   seed), post-norm diverging at lr 1e-2 (diverged.json, as it writes)."""
   commands: list[list[str]] = []
 
-  def __new__(cls, cmd, **kw):
-    if "experiments.main" not in cmd:  # matplotlib's fc-list runs for real
-      return _REAL_POPEN(cmd, **kw)
-    return super().__new__(cls)
-
   def __init__(self, cmd, **_):
     FakeNormsRun.commands.append(cmd)
-    flags, config = full_config(cmd)
-    wd = Path(flags["workdir"])
-    wd.mkdir(parents=True)
-    (wd / "config.json").write_text(json.dumps(
-        {"config": config, "git_commit": "abc", "versions": {"jax": "x"},
-         "host": {"cpu": "Fake CPU", "cpu_threads": 2}}))
+    config, wd = fake_record(cmd, cpu_threads=2)
     seed, norm = config["seed"], config["norm"]
     self.returncode = 0
     if config["experiment"] == "pi_mnist":
@@ -186,9 +175,6 @@ class FakeNormsRun:
       (wd / "diverged.json").write_text(json.dumps({"diverged": True, "first_step": 11,
                                                     "last_step": 20}))
       self.returncode = 3
-
-  def poll(self):
-    return self.returncode
 
 
 def test_results_md_from_fake_runs_lists_divergences_and_the_runs_to_come(tmp_path, monkeypatch):

@@ -76,7 +76,6 @@ def test_every_experiment_lists_its_inputs_in_the_loaders_layout():
 
 
 def test_runs_side_by_side_share_the_cores_among_their_blas_threads(tmp_path, monkeypatch):
-  from scripts import reproduce
   from scripts.paper import runs
   assert runs.blas_threads(1) == {}
   assert runs.blas_threads(2, cores=2) == {k: "1" for k in runs.BLAS_THREADS}
@@ -87,10 +86,8 @@ def test_runs_side_by_side_share_the_cores_among_their_blas_threads(tmp_path, mo
     monkeypatch.delenv(k, raising=False)
   monkeypatch.setenv("MKL_NUM_THREADS", "5")
   FakeRun.commands, FakeRun.envs = [], []
-  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
-  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
-  reproduce.main(["fig6", "--preset", "smoke", "--jobs", "2", "--runs_dir", str(tmp_path / "runs"),
-                  "--results_dir", str(tmp_path / "res")])
+  reproduce_on(monkeypatch, tmp_path, FakeRun, ["fig6", "--preset", "smoke", "--jobs", "2"],
+               "configs/pi_mnist.py:smoke")
   share = str(max(1, os.cpu_count() // 2))
   assert len(FakeRun.envs) == 6
   for env in FakeRun.envs:
@@ -169,6 +166,46 @@ def judge_smoke_runs(monkeypatch) -> None:
   monkeypatch.setattr(reproduce.verdicts, "smoke", lambda on=True: contextlib.nullcontext())
 
 
+class FakeMainRun:
+  """The base of the fake runs that stand in for ``subprocess.Popen`` in
+  scripts/paper/runs.py. Other programs run for real: matplotlib lists the
+  fonts with fc-list the first time it draws on a machine (no font cache
+  yet). A subclass's __init__ writes an ``experiments.main`` run's records
+  (:func:`fake_record`) and sets ``returncode``."""
+  returncode = 0
+
+  def __new__(cls, cmd, **kw):
+    if "experiments.main" not in cmd:
+      return _REAL_POPEN(cmd, **kw)
+    return super().__new__(cls)
+
+  def poll(self):
+    return self.returncode
+
+
+def fake_record(cmd: list[str], cpu_threads: int | None = None) -> tuple[dict, Path]:
+  """The whole config of ``cmd`` (:func:`full_config`) and its workdir, made,
+  holding the config.json its run writes (a fake host's where ``cpu_threads``)."""
+  flags, config = full_config(cmd)
+  wd = Path(flags["workdir"])
+  wd.mkdir(parents=True)
+  host = {} if cpu_threads is None else {"host": {"cpu": "Fake CPU", "cpu_threads": cpu_threads}}
+  (wd / "config.json").write_text(json.dumps(
+      {"config": config, "git_commit": "abc", "versions": {"jax": "x"}, **host}))
+  return config, wd
+
+
+def reproduce_on(monkeypatch, tmp_path: Path, fake, argv: list[str], *configs: str) -> None:
+  """``scripts/reproduce.py`` with ``argv``, its runs ``fake`` runs, its runs
+  and results folders ``tmp_path`` / "runs" and "res", and the inputs of
+  ``configs`` ("path:preset") stood in (:func:`fake_inputs`)."""
+  from scripts import reproduce
+  from scripts.paper import runs
+  monkeypatch.setattr(runs.subprocess, "Popen", fake)
+  fake_inputs(monkeypatch, tmp_path / "data", *configs)
+  reproduce.main([*argv, "--runs_dir", str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")])
+
+
 class FakeFailedRun:
   """A run that fails at once (exit 1), with a line in its log (--jobs 2)."""
   commands: list[list[str]] = []
@@ -184,47 +221,28 @@ class FakeFailedRun:
     return self.returncode
 
 
-class FakeRun:
+class FakeRun(FakeMainRun):
   """Stands in for ``experiments.main``: writes a run's config.json and
   metrics.jsonl (test error 0.02 * (seed + 1) / epoch) into its workdir."""
   commands: list[list[str]] = []
   envs: list[dict[str, str]] = []
 
-  def __new__(cls, cmd, **kw):
-    # Other programs run for real: matplotlib lists the fonts with fc-list
-    # the first time it draws on a machine (no font cache yet).
-    if "experiments.main" not in cmd:
-      return _REAL_POPEN(cmd, **kw)
-    return super().__new__(cls)
-
   def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
     FakeRun.envs.append(kw.get("env") or {})
-    flags, config = full_config(cmd)
-    seed = config["seed"]
-    wd = Path(flags["workdir"])
-    wd.mkdir(parents=True)
-    (wd / "config.json").write_text(json.dumps(
-        {"config": config, "git_commit": "abc", "versions": {"jax": "x"},
-         "host": {"cpu": "Fake CPU", "cpu_threads": 1 if seed == 2 else 2}}))
+    seed = full_config(cmd)[1]["seed"]
+    config, wd = fake_record(cmd, cpu_threads=1 if seed == 2 else 2)
     (wd / "metrics.jsonl").write_text("".join(json.dumps(
         {"step": 10 * e, "epoch": e, "train_nll": 1.0 / (e + seed), "test_error": 0.02 * (seed + 1) / e,
          "epoch_time_s": 1.0 + seed, "examples_per_sec": 100.0 * (seed + 1)}) + "\n"
         for e in (1, 2)))  # the smoke preset's 2 epochs
     self.returncode = 0
 
-  def poll(self):
-    return self.returncode
-
 
 def test_seeds_run_in_their_own_workdirs_and_tables_give_mean_and_sd(tmp_path, monkeypatch):
-  from scripts import reproduce
-  from scripts.paper import runs
   FakeRun.commands = []
-  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
-  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
-  reproduce.main(["fig6", "--preset", "smoke", "--seeds", "3", "--runs_dir", str(tmp_path / "runs"),
-                  "--results_dir", str(tmp_path / "res")])
+  reproduce_on(monkeypatch, tmp_path, FakeRun, ["fig6", "--preset", "smoke", "--seeds", "3"],
+               "configs/pi_mnist.py:smoke")
   # The config's seed (0) keeps the one-seed workdir; the others are named.
   assert len(FakeRun.commands) == 18
   layer = [c for c in FakeRun.commands
@@ -546,7 +564,6 @@ def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
   """config.json and metrics.jsonl of a finished run (what results/ keeps),
   copied into a fresh runs folder, count as done; anything else runs."""
   from configs import pi_mnist
-  from scripts import reproduce
   from scripts.paper import runs
   c = pi_mnist.get_config("smoke")
   c.norm, c.batch_size, c.learning_rate = "layer", 128, 3e-4
@@ -576,10 +593,8 @@ def test_a_finished_record_is_collected_not_run_again(tmp_path, monkeypatch):
   assert not runs.finished(wd, *args[:2], {**args[2], "eval_batch_size": 7})
   (wd / "config.json").write_text(json.dumps(record))
   FakeRun.commands = []
-  monkeypatch.setattr(runs.subprocess, "Popen", FakeRun)
-  fake_inputs(monkeypatch, tmp_path / "data", "configs/pi_mnist.py:smoke")
-  reproduce.main(["fig6", "--preset", "smoke", "--runs_dir", str(tmp_path / "runs"),
-                  "--results_dir", str(tmp_path / "res")])
+  reproduce_on(monkeypatch, tmp_path, FakeRun, ["fig6", "--preset", "smoke"],
+               "configs/pi_mnist.py:smoke")
   launched = [next(a for a in cmd if a.startswith("--workdir=")).rsplit("/", 1)[-1]
               for cmd in FakeRun.commands]
   assert len(launched) == 5 and "layer_b128" not in launched
@@ -614,12 +629,8 @@ class FakeHandwritingRun(FakeRun):
   def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
     FakeRun.envs.append(kw.get("env") or {})
-    flags, config = full_config(cmd)
+    config, wd = fake_record(cmd)
     seed = config["seed"]
-    wd = Path(flags["workdir"])
-    wd.mkdir(parents=True)
-    (wd / "config.json").write_text(json.dumps(
-        {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
     fall = 30.0 if config["norm"] == "layer" else 20.0
     (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in spread_epochs([
         {"step": 100 * i, "epoch": i, "valid_nll": -10.0 * seed - fall * i,
@@ -631,13 +642,9 @@ class FakeHandwritingRun(FakeRun):
 
 
 def test_fig5_with_seeds_judges_the_claim_seed_by_seed(tmp_path, monkeypatch):
-  from scripts import reproduce
-  from scripts.paper import runs
   FakeRun.commands = []
-  monkeypatch.setattr(runs.subprocess, "Popen", FakeHandwritingRun)
-  fake_inputs(monkeypatch, tmp_path / "data", "configs/handwriting.py:smoke")
-  reproduce.main(["fig5", "--preset", "smoke", "--seeds", "3", "--runs_dir", str(tmp_path / "runs"),
-                  "--results_dir", str(tmp_path / "res")])
+  reproduce_on(monkeypatch, tmp_path, FakeHandwritingRun, ["fig5", "--preset", "smoke", "--seeds", "3"],
+               "configs/handwriting.py:smoke")
   assert len(FakeRun.commands) == 6
   md = (tmp_path / "res" / "fig5_smoke" / "results.md").read_text()
   lines = md.splitlines()
@@ -732,12 +739,8 @@ class FakeSkipRun(FakeRun):
   def __init__(self, cmd, **kw):
     FakeRun.commands.append(cmd)
     FakeRun.envs.append(kw.get("env") or {})
-    flags, config = full_config(cmd)
+    config, wd = fake_record(cmd)
     seed = config["seed"]
-    wd = Path(flags["workdir"])
-    wd.mkdir(parents=True)
-    (wd / "config.json").write_text(json.dumps(
-        {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
     ln = config["norm"] == "layer"
     recs = []
     for i in (1, 2, 3):
@@ -757,14 +760,10 @@ class FakeSkipRun(FakeRun):
 
 def test_table3_with_seeds_gives_mean_and_sd_baseline_rows_and_claims_seed_by_seed(
     tmp_path, monkeypatch):
-  from scripts import reproduce
-  from scripts.paper import runs
   judge_smoke_runs(monkeypatch)
   FakeRun.commands = []
-  monkeypatch.setattr(runs.subprocess, "Popen", FakeSkipRun)
-  fake_inputs(monkeypatch, tmp_path / "data", "configs/skipthoughts.py:smoke")
-  reproduce.main(["table3", "--preset", "smoke", "--seeds", "3", "--runs_dir",
-                  str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")])
+  reproduce_on(monkeypatch, tmp_path, FakeSkipRun, ["table3", "--preset", "smoke", "--seeds", "3"],
+               "configs/skipthoughts.py:smoke")
   assert [next(a for a in c if a.startswith("--workdir=")).rsplit("/", 1)[-1]
           for c in FakeRun.commands] == ["none", "none_seed1", "none_seed2", "layer",
                                          "layer_seed1", "layer_seed2"]

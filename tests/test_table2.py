@@ -3,12 +3,9 @@ chance and no-training rows, best-dev selection, Figure 1 and the verdicts."""
 
 import json
 import statistics
-import subprocess
-from pathlib import Path
 
 from lnorm import order_embeddings as oe
-
-_REAL_POPEN = subprocess.Popen
+from tests.test_reproduce import FakeMainRun, fake_record, judge_smoke_runs, reproduce_on
 KEYS = [f"{side}_{c}" for side in ("caption", "image")
         for c in ("r1", "r5", "r10", "mean_rank", "median_rank")]
 
@@ -21,31 +18,17 @@ def _split_metrics(prefix: str, level: float) -> dict:
   return m
 
 
-class FakeOERun:
+class FakeOERun(FakeMainRun):
   """Stands in for ``experiments.main`` on configs/order_embeddings.py: the
   preset's config.json, and every recall rising with the update, faster and
   higher for LN (each seed a little higher), with dev peaking at update 300
   and falling after (so best dev is not the last evaluation)."""
   commands: list[list[str]] = []
 
-  def __new__(cls, cmd, **kw):
-    if "experiments.main" not in cmd:  # matplotlib's fc-list and the like run for real
-      return _REAL_POPEN(cmd, **kw)
-    return super().__new__(cls)
-
   def __init__(self, cmd, **_):
-    from configs import order_embeddings as cfg
     FakeOERun.commands.append(cmd)
-    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
-    config = cfg.get_config(flags["config"].rsplit(":", 1)[1]).to_dict()
-    for k, v in flags.items():
-      if k.startswith("config."):
-        config[k[7:]] = type(config[k[7:]])(v)
+    config, wd = fake_record(cmd)
     ln, seed = config["norm"] == "layer", config["seed"]
-    wd = Path(flags["workdir"])
-    wd.mkdir(parents=True)
-    (wd / "config.json").write_text(json.dumps(
-        {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
     records = []
     for step in (100, 200, 300, 400):
       dev = (20 if ln else 10) + seed + (step if step <= 300 else 200) / 10
@@ -61,20 +44,12 @@ class FakeOERun:
          "metrics": {**_split_metrics("dev_", 1.0 + seed), **_split_metrics("test_", 2.0 + seed)}}))
     self.returncode = 0
 
-  def poll(self):
-    return self.returncode
-
 
 def test_table2_rows_verdicts_and_figure(tmp_path, monkeypatch):
-  from scripts import reproduce
-  from scripts.paper import runs
-  from tests.test_reproduce import fake_inputs, judge_smoke_runs
   FakeOERun.commands = []
-  monkeypatch.setattr(runs.subprocess, "Popen", FakeOERun)
-  fake_inputs(monkeypatch, tmp_path / "data", "configs/order_embeddings.py:smoke")
   judge_smoke_runs(monkeypatch)
-  reproduce.main(["table2", "--preset", "smoke", "--seeds", "2", "--runs_dir",
-                  str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")])
+  reproduce_on(monkeypatch, tmp_path, FakeOERun, ["table2", "--preset", "smoke", "--seeds", "2"],
+               "configs/order_embeddings.py:smoke")
   assert sorted(c[-1] for c in FakeOERun.commands if c[-1].startswith("--config.seed")) == [
       "--config.seed=1", "--config.seed=1"]
   out = tmp_path / "res" / "table2_smoke"

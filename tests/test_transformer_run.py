@@ -18,7 +18,7 @@ import pytest
 from lnorm.data import bytes_lm, files
 from tests.run_records import REPO, metrics, run_cli, without_timing
 from tests.tiny_data import write_novels
-from tests.test_reproduce import fake_inputs, judge_smoke_runs
+from tests.test_reproduce import FakeMainRun, fake_inputs, fake_record, judge_smoke_runs, reproduce_on
 
 
 # -- Bad input at config time: one line, exit status 2. --------------------------
@@ -176,10 +176,7 @@ def test_a_nan_is_recorded_as_a_divergence(tmp_path):
 
 # -- The reproduce target on fake runs. -----------------------------------------
 
-_REAL_POPEN = subprocess.Popen
-
-
-class FakeTransformerRun:
+class FakeTransformerRun(FakeMainRun):
   """Stands in for ``experiments.main`` on configs/transformer.py: the preset's
   whole config.json, validation bpc falling over 4 evaluations of 5 updates
   (normalized models faster; seed s 0.01 s higher), step times by norm, and
@@ -187,27 +184,12 @@ class FakeTransformerRun:
   without warm-up at the larger rate diverges in steps 11-15 in every seed."""
   commands: list[list[str]] = []
 
-  def __new__(cls, cmd, **kw):
-    if "experiments.main" not in cmd:  # matplotlib's fc-list runs for real
-      return _REAL_POPEN(cmd, **kw)
-    return super().__new__(cls)
-
   def __init__(self, cmd, **_):
     from configs import transformer as cfg
     FakeTransformerRun.commands.append(cmd)
-    flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
-    config = cfg.get_config(flags["config"].rsplit(":", 1)[1]).to_dict()
-    for k, v in flags.items():
-      if k.startswith("config."):
-        f = k[len("config."):]
-        config[f] = (v == "True") if isinstance(config[f], bool) else type(config[f])(v)
+    config, wd = fake_record(cmd, cpu_threads=2)
     seed, norm = config["seed"], config["norm"]
     L = config["num_layers"]
-    wd = Path(flags["workdir"])
-    wd.mkdir(parents=True)
-    (wd / "config.json").write_text(json.dumps(
-        {"config": config, "git_commit": "abc", "versions": {"jax": "x"},
-         "host": {"cpu": "Fake CPU", "cpu_threads": 2}}))
     # none ends at 2.5 (+0.01 s); the others fall faster, through 2.25 to 1.5.
     fall = 0.5 if norm == "none" else 0.75
     secs = {"none": 1.0, "layer": 1.1, "rms": 1.05}[norm] * (5 if L > 2 else 1)
@@ -233,22 +215,14 @@ class FakeTransformerRun:
            "message": "train_nll is nan in steps 11-15; stopped."}))
       self.returncode = 3
 
-  def poll(self):
-    return self.returncode
-
 
 @pytest.mark.slow
 def test_target_records_divergence_and_judges_each_claim(tmp_path, monkeypatch):
-  from scripts import reproduce
-  from scripts.paper import runs
   from scripts.paper import transformer as target
   FakeTransformerRun.commands = []
-  monkeypatch.setattr(runs.subprocess, "Popen", FakeTransformerRun)
-  fake_inputs(monkeypatch, tmp_path / "data", "configs/transformer.py:smoke")
   judge_smoke_runs(monkeypatch)
-  argv = ["transformer", "--preset", "smoke", "--seeds", "2", "--runs_dir",
-          str(tmp_path / "runs"), "--results_dir", str(tmp_path / "res")]
-  reproduce.main(argv)
+  argv = ["transformer", "--preset", "smoke", "--seeds", "2"]
+  reproduce_on(monkeypatch, tmp_path, FakeTransformerRun, argv, "configs/transformer.py:smoke")
   assert len(FakeTransformerRun.commands) == 2 * len(target.grid()) == 30
   out = tmp_path / "res" / "transformer_smoke"
   md = (out / "results.md").read_text()
@@ -287,7 +261,7 @@ def test_target_records_divergence_and_judges_each_claim(tmp_path, monkeypatch):
   assert "(theirs, not ours" in md
   # A second call collects the records, diverged ones too, and runs nothing.
   FakeTransformerRun.commands = []
-  reproduce.main(argv)
+  reproduce_on(monkeypatch, tmp_path, FakeTransformerRun, argv, "configs/transformer.py:smoke")
   assert FakeTransformerRun.commands == []
 
 
