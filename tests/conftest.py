@@ -39,6 +39,17 @@ def pytest_collection_modifyitems(config, items):
       seen.add(prefix)
 
 
+@pytest.fixture(autouse=True)
+def _registry_restored():
+  """Each test sees the norm registry as lnorm makes it: a norm a test (or the
+  README's code) registers goes with it, so it cannot join another test's grid."""
+  from lnorm import norms
+  saved = dict(norms._REGISTRY)  # pylint: disable=protected-access
+  yield
+  norms._REGISTRY.clear()  # pylint: disable=protected-access
+  norms._REGISTRY.update(saved)  # pylint: disable=protected-access
+
+
 # Implicit rank promotion hides shape bugs: (B, H) + (H,) must be written out.
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -215,7 +215,8 @@ def spec(name: str) -> str:
   (another Python) imports and registers it too."""
   nm = norms.get(name)
   f = nm.fn or nm.kernel
-  where = f.__module__ if f is not None else "lnorm.norms"  # none, batch: lnorm's own
+  # none, batch: lnorm's own; a function made by exec() has no module (None)
+  where = (f.__module__ or "__main__") if f is not None else "lnorm.norms"
   if where.split(".")[0] == "lnorm":
     return nm.name
   mod = sys.modules.get(where)
