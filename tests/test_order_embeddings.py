@@ -256,15 +256,20 @@ def _random_captions(rng, num: int, width: int) -> np.ndarray:
   return tokens
 
 
-def test_evaluate_matches_direct_computation():
+def _evaluation_case(seed: int, num_images: int, width: int):
+  """A tiny model, its parameters, ``num_images`` images with 5 random
+  captions each padded to ``width``, and the metrics computed directly."""
   model, params, _, _ = _tiny_model()
-  rng = np.random.default_rng(5)
-  I = 3
-  tokens = _random_captions(rng, 5 * I, 6)
-  images = rng.standard_normal((I, 5)).astype(np.float32)
-  got = oe.evaluate(model, params, tokens, images, batch_size=4)  # batches padded
+  rng = np.random.default_rng(seed)
+  tokens = _random_captions(rng, 5 * num_images, width)
+  images = rng.standard_normal((num_images, 5)).astype(np.float32)
   c, i = model.apply({"params": params}, tokens, images)
-  want = oe.retrieval_metrics(_ref_violations(c, i))
+  return model, params, tokens, images, oe.retrieval_metrics(_ref_violations(c, i))
+
+
+def test_evaluate_matches_direct_computation():
+  model, params, tokens, images, want = _evaluation_case(5, 3, 6)
+  got = oe.evaluate(model, params, tokens, images, batch_size=4)  # batches padded
   assert got.keys() == want.keys()
   for key in want:
     assert got[key] == pytest.approx(want[key]), key
@@ -275,12 +280,6 @@ def test_evaluate_cuts_padding_exactly():
   # Captions padded far past their longest (20 columns, at most 5 tokens): the
   # length-sorted batches cut to 8 columns give the metrics of the full width,
   # at any batch size.
-  model, params, _, _ = _tiny_model()
-  rng = np.random.default_rng(6)
-  I = 4
-  tokens = _random_captions(rng, 5 * I, 20)
-  images = rng.standard_normal((I, 5)).astype(np.float32)
-  c, i = model.apply({"params": params}, tokens, images)
-  want = oe.retrieval_metrics(_ref_violations(c, i))
+  model, params, tokens, images, want = _evaluation_case(6, 4, 20)
   for batch_size in (3, 7, 64):
     assert oe.evaluate(model, params, tokens, images, batch_size=batch_size) == pytest.approx(want)

@@ -127,7 +127,12 @@ CASES = [("layer", "post", "learned"), ("layer", "pre", "learned"), ("rms", "pre
 
 @pytest.mark.parametrize("norm,norm_position,positions", CASES)
 def test_matches_float64_reference(norm, norm_position, positions):
-  cfg = dict(SMALL, norm=norm, norm_position=norm_position, positions=positions)
+  _assert_matches_float64_reference(dict(SMALL, norm=norm, norm_position=norm_position,
+                                         positions=positions))
+
+
+def _assert_matches_float64_reference(cfg: dict) -> None:
+  """The model's float32 logits against ``ref_logits``' float64 ones."""
   model = tr.TransformerLM(**cfg)
   params = _perturb(_init(model))
   toks = _tokens()
@@ -148,16 +153,8 @@ NEW_CASES = [("layer", "peri", "learned", False), ("rms", "peri", "sinusoidal", 
 @pytest.mark.parametrize("norm,norm_position,positions,qk_norm", NEW_CASES)
 def test_new_placements_and_qk_norm_match_float64_reference(norm, norm_position, positions,
                                                             qk_norm):
-  cfg = dict(SMALL, norm=norm, norm_position=norm_position, positions=positions,
-             qk_norm=qk_norm)
-  model = tr.TransformerLM(**cfg)
-  params = _perturb(_init(model))
-  toks = _tokens()
-  y = model.apply({"params": params}, toks)
-  assert y.shape == (2, 12, 256) and y.dtype == jnp.float32
-  ref = ref_logits(params, toks, **cfg)
-  err = np.abs(np.asarray(y, np.float64) - ref).max() / np.abs(ref).max()
-  assert err < 2e-5, err
+  _assert_matches_float64_reference(dict(SMALL, norm=norm, norm_position=norm_position,
+                                         positions=positions, qk_norm=qk_norm))
 
 
 @pytest.mark.parametrize("norm_position", ["peri", "deepnorm"])
