@@ -18,6 +18,7 @@ import pytest
 from lnorm.data import files
 
 from lnorm.data import DataError, binarized_mnist as bm
+from tests.tiny_data import write_file
 
 # Read before the autouse fixture below clears it.
 REAL_DATA_DIR = os.environ.get(files.DATA_DIR_ENV, "")
@@ -51,10 +52,7 @@ def write_amat(root: Path, gz: bool = True, seed: int = 0, num: dict[str, int] =
     data = amat_bytes(arrays[split])
     stem = bm.file_stem(split)
     checksums[stem] = hashlib.sha256(data).hexdigest()
-    if gz:
-      (directory / f"{stem}.gz").write_bytes(gzip.compress(data, mtime=0))
-    else:
-      (directory / stem).write_bytes(data)
+    write_file(directory, stem, data, gz)
   return arrays, checksums
 
 

@@ -42,11 +42,16 @@ def write_dataset(root: Path, name: str = "mnist", gz: bool = True, seed: int = 
   for stem, (split, kind) in STEMS.items():
     data = idx_bytes(arrays[split][kind == "labels"])
     checksums[stem] = hashlib.md5(data).hexdigest()
-    if gz:
-      (directory / f"{stem}.gz").write_bytes(gzip.compress(data, mtime=0))
-    else:
-      (directory / stem).write_bytes(data)
+    write_file(directory, stem, data, gz)
   return arrays, checksums
+
+
+def write_file(directory: Path, stem: str, data: bytes, gz: bool) -> None:
+  """``data`` as ``stem``, or gzipped as ``stem.gz`` (mtime 0: the same bytes each time)."""
+  if gz:
+    (directory / f"{stem}.gz").write_bytes(gzip.compress(data, mtime=0))
+  else:
+    (directory / stem).write_bytes(data)
 
 
 def write_novels(root: Path, books: dict[str, str], monkeypatch=None) -> Path:
