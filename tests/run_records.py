@@ -44,3 +44,20 @@ def straight_and_resumed(train_and_evaluate, config, tmp_path: Path, stop_after:
   assert [r["step"] for r in metrics(resumed)] == [stop_after]
   r_state = train_and_evaluate(full, str(resumed))
   return straight, s_state, resumed, r_state
+
+
+def resume_ends_as_fresh(train_and_evaluate, config, wd: Path, fresh: Path, first: list[dict],
+                         step: int) -> None:
+  """Runs ``config`` (more epochs than the run in ``wd``, whose records were
+  ``first``) on ``wd``: it resumes, keeps ``first``, ends at ``step``, and
+  ends where a fresh run of ``config`` in ``fresh`` ends, records and
+  parameters exactly."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  state = train_and_evaluate(config, str(wd))
+  assert int(state.step) == step
+  assert without_timing(metrics(wd)[:len(first)]) == without_timing(first)
+  fresh_state = train_and_evaluate(config, str(fresh))
+  assert without_timing(metrics(wd)) == without_timing(metrics(fresh))
+  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(fresh_state.params)):
+    assert jnp.array_equal(a, b), "params differ"

@@ -20,7 +20,7 @@ from experiments.runner import figures
 from experiments.runner.errors import ConfigError, NonFiniteLossError
 from lnorm import draw
 from lnorm.data import binarized_mnist as bm
-from tests.run_records import metrics, run_cli, without_timing
+from tests.run_records import metrics, resume_ends_as_fresh, run_cli, without_timing
 from tests.test_binarized_mnist import write_amat
 
 LN2_784 = 784 * math.log(2)  # 543.43 nats: every pixel p = 1/2
@@ -245,13 +245,7 @@ def test_workdir_contents_and_resume(tiny, tmp_path):
 
   # Resuming to 3 epochs runs epoch 3 only and ends where a fresh 3-epoch run ends.
   tiny.num_epochs = 3
-  state = draw_exp.train_and_evaluate(tiny, str(wd))
-  assert int(state.step) == 12
-  assert without_timing(metrics(wd)[:2]) == without_timing(first)
-  fresh = draw_exp.train_and_evaluate(tiny, str(tmp_path / "fresh"))
-  assert without_timing(metrics(wd)) == without_timing(metrics(tmp_path / "fresh"))
-  jax.tree.map(lambda a, b: None if jnp.array_equal(a, b) else pytest.fail("params differ"),
-               state.params, fresh.params)
+  resume_ends_as_fresh(draw_exp.train_and_evaluate, tiny, wd, tmp_path / "fresh", first, 12)
   figure = figures.plot({"resumed": wd, "fresh": tmp_path / "fresh"}, tmp_path / "fig4.png",
                         "test_bound")
   assert figure.stat().st_size

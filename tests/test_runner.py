@@ -17,7 +17,7 @@ from experiments import classifier, pi_mnist
 from experiments.runner import workdir as wdir
 from experiments.runner.errors import NonFiniteLossError
 from lnorm.data import mnist
-from tests.run_records import REPO, metrics, run_cli, without_timing
+from tests.run_records import REPO, metrics, resume_ends_as_fresh, run_cli, without_timing
 from tests.tiny_data import write_dataset
 
 # End-to-end runs (minutes): the slow suite (`python -m pytest -m slow`).
@@ -51,13 +51,7 @@ def test_workdir_contents_and_resume(tiny, tmp_path):
   # A second call with more epochs resumes from step 12 and runs epoch 3 only,
   # ending exactly where an uninterrupted 3-epoch run ends.
   tiny.num_epochs = 3
-  state = pi_mnist.train_and_evaluate(tiny, str(wd))
-  assert int(state.step) == 18
-  assert without_timing(metrics(wd)[:2]) == without_timing(first)
-  fresh = pi_mnist.train_and_evaluate(tiny, str(tmp_path / "fresh"))
-  assert without_timing(metrics(wd)) == without_timing(metrics(tmp_path / "fresh"))
-  jax.tree.map(lambda a, b: None if jnp.array_equal(a, b) else pytest.fail("params differ"),
-               state.params, fresh.params)
+  resume_ends_as_fresh(pi_mnist.train_and_evaluate, tiny, wd, tmp_path / "fresh", first, 18)
 
 
 def _prepare(workdir: str, config) -> None:
