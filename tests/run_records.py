@@ -61,3 +61,25 @@ def resume_ends_as_fresh(train_and_evaluate, config, wd: Path, fresh: Path, firs
   assert without_timing(metrics(wd)) == without_timing(metrics(fresh))
   for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(fresh_state.params)):
     assert jnp.array_equal(a, b), "params differ"
+
+
+def steps_lower_the_loss(loss, params, tx, steps: int):
+  """``steps`` jitted updates of ``tx`` on ``loss(params)``: every loss and
+  parameter finite, the last loss below the first. Returns the parameters."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import optax  # pylint: disable=import-outside-toplevel
+
+  @jax.jit
+  def step(params, opt):
+    l, g = jax.value_and_grad(loss)(params)
+    u, opt = tx.update(g, opt, params)
+    return optax.apply_updates(params, u), opt, l
+
+  opt, losses = tx.init(params), []
+  for _ in range(steps):
+    params, opt, l = step(params, opt)
+    losses.append(float(l))
+  assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
+  assert all(np.isfinite(np.asarray(a)).all() for a in jax.tree.leaves(params))
+  return params

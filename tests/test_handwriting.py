@@ -10,6 +10,7 @@ import optax
 import pytest
 
 from lnorm import handwriting as hw
+from tests.run_records import steps_lower_the_loss
 
 SMALL = dict(hidden=8, num_window=3, num_mixtures=4, num_chars=7)
 # Tiny programs run a few times: XLA's optimizations cost more than they save.
@@ -183,22 +184,8 @@ def test_a_few_adam_steps_stay_finite_and_learn(norm):
   model = hw.Synthesis(norm=norm, **SMALL)
   inputs, targets, chars, char_mask, mask = make_batch(jax.random.key(8))
   params = jit(model.init)(jax.random.key(9), inputs, chars, char_mask, mask)
-  tx = optax.adam(1e-2)
-  opt = tx.init(params)
-
-  @jit
-  def step(params, opt):
-    loss = lambda p: jnp.sum(line_nll_fn(model, p, inputs, targets, chars, char_mask, mask)) / mask.sum()
-    l, g = jax.value_and_grad(loss)(params)
-    u, opt = tx.update(g, opt, params)
-    return optax.apply_updates(params, u), opt, l
-
-  losses = []
-  for _ in range(4):
-    params, opt, l = step(params, opt)
-    losses.append(float(l))
-  assert np.isfinite(losses).all() and losses[-1] < losses[0]
-  assert all(np.isfinite(np.asarray(a)).all() for a in jax.tree_util.tree_leaves(params))
+  loss = lambda p: jnp.sum(line_nll_fn(model, p, inputs, targets, chars, char_mask, mask)) / mask.sum()
+  steps_lower_the_loss(loss, params, optax.adam(1e-2), 4)
 
 
 @pytest.mark.slow
