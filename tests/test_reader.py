@@ -95,7 +95,7 @@ def test_gain_inits():
   gains = [v for k, v in flat if "gain" in jax.tree_util.keystr(k)]
   assert len(gains) == 6 + 4 and all(np.allclose(v, 0.1) for v in gains)
   with pytest.raises(ValueError, match="choose one of"):
-    _model("rms", False).init(jax.random.key(0), *inputs)
+    _model("group", False).init(jax.random.key(0), *inputs)
   with pytest.raises(ValueError, match="bn_everywhere"):
     _model("layer", True).init(jax.random.key(0), *inputs)
 
