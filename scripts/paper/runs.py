@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.runner import figures
+from experiments.runner import records as run_records
 from scripts.paper import inputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -314,13 +315,10 @@ def record_state(wd: Path, config: str, preset: str, overrides: dict, stops=(), 
     return None, f"metrics.jsonl cannot be read ({e})"
   metrics = []
   for i, line in enumerate(lines or []):
-    try:
-      r = json.loads(line)
+    try:  # the runner's reading: an integer step, non-finite metrics as floats again
+      metrics.append(run_records.decode(line))
     except ValueError:
-      r = None
-    if not isinstance(r, dict) or "step" not in r:
       return None, f"metrics.jsonl line {i + 1} of {len(lines)} is not a whole record"
-    metrics.append(r)
   for stop in stops:
     if (wd / stop).exists():
       return Path(stop).stem, ""
