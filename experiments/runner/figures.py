@@ -178,9 +178,12 @@ def _style(ax, axis: Axis, x: str, title: str) -> None:
     from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
   if axis.ymax is not None:
+    # Cut early spikes above ymax, never a curve's best part: the cap rises to
+    # keep every line's lowest point in view (one line under ymax once hid the rest).
     top = ax.get_ylim()[1]
-    lowest = min((np.nanmin(l.get_ydata()) for l in ax.get_lines()), default=np.inf)
-    ax.set_ylim(0, min(axis.ymax, top) if lowest < axis.ymax else top)
+    lows = [np.nanmin(l.get_ydata()) for l in ax.get_lines() if len(l.get_ydata())]
+    cap = max([axis.ymax] + [1.1 * low for low in lows])
+    ax.set_ylim(0, min(cap, top) if lows and min(lows) < axis.ymax else top)
   ax.grid(alpha=0.3)
 
 
