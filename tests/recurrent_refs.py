@@ -26,8 +26,7 @@ def f32_atol(scale: float, terms: int, growth: float = 32.0) -> float:
   why no test bounds one path by another's. ``terms``: the rounded products
   along the longest chain, e.g. a step's I + H times T steps of a recurrence.
   ``growth`` covers the gates' and norms' amplification (the 1/σ of a
-  normalized row): the largest seen, on AVX2 and AVX-512 hosts, is 7 at
-  H = 5 with layer norm, below 1 from H = 100."""
+  normalized row), which is largest at small widths."""
   return growth * U32 * terms * scale
 
 
