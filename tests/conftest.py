@@ -27,16 +27,58 @@ SLOW_PREFIXES = (  # every case but the first of these bad-input families
     "test_order_embeddings_run.py::test_bad_input_is_one_line_and_a_nonzero_exit[",
 )
 
+# Grids whose every case costs seconds (a compile each): the fast suite runs the
+# listed cases, chosen so that each value of each parameter appears at least
+# once (every norm, flag and size, not their product); the slow suite the rest.
+FAST_COVER = {
+    "test_recurrent_lstm.py::test_lstm_native_scans_match_xla_and_float64": {
+        "layer-True-B11-H100-T6-I4",  # the size whose error bound once failed on AVX-512
+        "layer_c-False-B11-H100-T6-I4-dW_by_xla",
+        "none-True-B11-H100-T6-I12",
+        "layer-False-B1-H13-T6-I4",
+        "layer_c-True-B4-H5-T6-I4",
+    },
+    "test_recurrent_lstm.py::test_lstm_native_dw_matches_xla_dw": {"layer-True", "layer_c-False"},
+    "test_recurrent_gru.py::test_gru_native_steps_match_xla_and_float64": {
+        "layer-True-B1-H13", "none-False-B4-H5"},
+    "test_norms_registry.py::test_sequence_layer_falls_back_to_the_cells_scan": {
+        "LSTM-LSTMCell-True-dyt", "GRU-GRUCell-False-tests.user_norm:MyNorm"},
+    "test_norms_registry.py::test_lstm_batch_norm_is_the_cells_scan_with_its_statistics": {
+        "True"},
+    "test_bench_transformer_peer.py::test_losses_and_update_agree_with_float64_torch": {
+        "sdpa-post-layer", "manual-pre-rms"},
+    "test_recurrent_gru.py::test_gru_hand_written_backward_in_float64": {"layer-True", "none-False"},
+    "test_recurrent_gru.py::test_gru_empty_batch": {"native-none", "xla-layer"},
+    "test_fused_layer_norm.py::test_forward_and_gradients_match_float64": {
+        "native-shape0", "native-shape1", "native-shape2", "native-shape3", "native-shape4",
+        "xla-shape0", "xla-shape4"},
+    # The cells' numpy references (test_matches_numpy_reference) run whole in the fast suite.
+    "test_recurrent_cells.py::test_mask_freezes_carry_and_zeroes_outputs": {
+        "LSTMCell(none)", "LSTMCell(layer_c)", "GRUCell(layer)", "RNNCell(none)"},
+    "test_recurrent_cells.py::test_float64_params_match_numpy_to_float64_precision": {
+        "LSTMCell(layer)", "GRUCell(none)", "RNNCell(layer)"},
+}
+
 
 def pytest_collection_modifyitems(config, items):
   seen = set()
   for item in items:
     name = item.nodeid.split("/")[-1]
     prefix = next((p for p in SLOW_PREFIXES if name.startswith(p)), None)
-    if name in SLOW_CASES or (prefix is not None and prefix in seen):
+    family, _, case = name.partition("[")
+    cover = FAST_COVER.get(family)
+    if (name in SLOW_CASES or (prefix is not None and prefix in seen)
+        or (cover is not None and case[:-1] not in cover)):
       item.add_marker(pytest.mark.slow)
     if prefix is not None:
       seen.add(prefix)
+  # A renamed case would silently drop its family from the fast suite.
+  names = {item.nodeid.split("/")[-1] for item in items}
+  families = {n.partition("[")[0] for n in names}
+  missing = sorted(f"{f}[{c}]" for f, cases in FAST_COVER.items() if f in families
+                   for c in cases if f"{f}[{c}]" not in names)
+  if missing and not config.getoption("keyword"):
+    raise pytest.UsageError(f"FAST_COVER names cases that are not collected: {missing}")
 
 
 @pytest.fixture(autouse=True)
