@@ -102,11 +102,16 @@ def test_tasks_and_norms_choose_a_part_and_refuse_bad_names_in_one_line():
 
 def test_lr_sensitivity_is_wortsmans_mean_of_capped_losses_less_the_best():
   from scripts.paper import norms as study
-  # By hand: capped at l_0 = 8 -> 3.0, 2.5, 8 (diverged), 8 (9.0 above l_0); the best 2.5;
-  # the mean gap (0.5 + 0 + 5.5 + 5.5) / 4.
+  # E_eta[min(l(eta), l_0) - min_eta l(eta)], a diverged run counting as l_0 = 8.
+  # By hand: capped 3.0, 2.5, 8 (diverged), 8 (9.0 above l_0); the best 2.5;
+  # the mean gap (0.5 + 0 + 5.5 + 5.5) / 4 = 2.875.
   assert study.lr_sensitivity([3.0, 2.5, math.inf, 9.0], 8.0) == pytest.approx(2.875)
+  # 4 rates, l_0 = 8: capped 4.0, 3.5, 6.0, 8 (NaN); best 3.5; gaps 0.5, 0, 2.5, 4.5 -> 1.875.
+  assert study.lr_sensitivity([4.0, 3.5, 6.0, math.nan], 8.0) == pytest.approx(1.875)
   assert study.lr_sensitivity([2.0, 2.0, 2.0, 2.0], 8.0) == 0.0
   assert study.lr_sensitivity([math.nan] * 4, 8.0) == 0.0  # nothing trains: no gap to the best
+  # The best is not capped: every rate above l_0 gives mean(8, 8) - 9 = -1.
+  assert study.lr_sensitivity([9.0, 10.0], 8.0) == pytest.approx(-1.0)
 
 
 def _record(task, norm, values, *, diverged=False, lr=1e-3, metric="test_error", step=10):
