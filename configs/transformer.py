@@ -7,20 +7,21 @@ layer | rms (Zhang & Sennrich 2019) | none; ``qk_norm``; Adam with an optional
 linear warm-up. Claims tested (scripts/paper/transformer.py): post-LN needs the
 warm-up, pre-LN does not, and their gradient norms by layer at initialisation
 (Xiong et al.); RMSNorm as good in less time (Zhang & Sennrich); the paper's
-fewer updates with a norm than without. Data: the 99 Gutenberg novels of
+fewer updates with a norm than without (no norm at GPT-2's init and at Xavier's,
+to tell the norm from the init). Data: the 99 Gutenberg novels of
 <data_dir>/text/novels/novels.tar.gz split by whole books (5 validation, 5 test;
 lnorm/data/bytes_lm.py), or enwik8 with ``data_source=enwik8``.
 
 Command (one run; the study's grid is one reproduce.py command):
   LNORM_DATA_DIR=../shared/data python -m experiments.main \
       --config configs/transformer.py:cpu --workdir runs/tf_post --config.norm_position=post
-  python scripts/reproduce.py transformer --preset cpu [--seeds 2 --jobs 2]
+  python scripts/reproduce.py transformer --preset cpu [--seeds 3 --jobs 2]
 Presets, and their runtime on the 2-core CPU, idle (BENCHMARKS.md):
   ``:cpu`` (default): 12 layers of width 64 (4 heads, d_ff 256), windows of 64
     bytes, batch 32, Adam 1e-3 after 200 warm-up updates, 2,000 updates,
     validation every 100 on 512 windows; 0.27-0.36 s an update at 12 layers,
     0.06 s at 2 (``--config.num_layers=2``, the study's shallow model): ~11
-    min of updates a 12-layer run; the study at ``--jobs 2`` about 1 h a seed.
+    min of updates a 12-layer run; the study at ``--jobs 2`` ~1.2 h a seed.
   ``:paper``: 12 layers of 512 (8 heads, d_ff 2048), windows of 256, batch 64,
     Adam 5e-4, 4,000 warm-up updates, 100,000 updates. A GPU run; not run here.
   ``:smoke``: 3 layers of 32, windows of 16, 20 updates, for tests; ~20 s.
@@ -51,8 +52,8 @@ def get_config(preset: str = "cpu") -> ml_collections.ConfigDict:
   c.activation = "relu"         # relu (Vaswani, Xiong) | gelu
   c.eps = 1e-5                  # the norms' eps (added to the variance / mean square)
   # W^O and W^2 start at Xavier / sqrt(2 L) (GPT-2). Off: Xiong et al.'s
-  # setting. The study turns it on for norm=none only, whose 12-layer stream
-  # otherwise starts with a loss of ~860 nats (lnorm/transformer.py).
+  # setting. The study runs norm=none both ways (at 12 layers, off starts
+  # with a loss of ~860 nats: lnorm/transformer.py), the normalized models off.
   c.scaled_residual_init = False
   c.dtype = "float32"           # float32 | bfloat16: activations and matmuls (params and norm statistics stay float32)
   c.seq_len = 64                # T: bytes a window predicts (each window holds T + 1)

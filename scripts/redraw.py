@@ -7,9 +7,10 @@ training anything: the records are copied into a scratch runs folder, where
   python scripts/redraw.py fig5 --preset cpu --out /tmp/fig5   # all of it, elsewhere
   python scripts/redraw.py norms --preset cpu        # heatmap.png, lr_curves.png
 
-The norms study (issue 62) is recorded in parts: it redraws from the whole
-records there are, its runs still to come left out (its results.md lists
-them), not refused.
+The norms study (issue 62) and the Transformer study (its planned seeds and
+settings, issue 63) are recorded in parts: they redraw from the whole records
+there are, their runs still to come left out (results.md lists them), not
+refused; a record there that is not whole is refused all the same.
 
 The seeds are the records' own (a committed 3-seed target redraws with its 3
 seeds; ``--seeds`` only to check a record set against a count). The target is

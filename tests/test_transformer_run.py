@@ -181,7 +181,9 @@ class FakeTransformerRun(FakeMainRun):
   whole config.json, validation bpc falling over 4 evaluations of 5 updates
   (normalized models faster; seed s 0.01 s higher), step times by norm, and
   grad_norms.json (post-LN's W^2 norms rising 4x, pre-LN's flat). post-LN
-  without warm-up at the larger rate diverges in steps 11-15 in every seed."""
+  without warm-up at the larger rate diverges in steps 11-15 in every seed,
+  and so does the deep model without a norm at Xavier's init (no
+  ``scaled_residual_init``)."""
   commands: list[list[str]] = []
 
   def __init__(self, cmd, **_):
@@ -195,8 +197,9 @@ class FakeTransformerRun(FakeMainRun):
     secs = {"none": 1.0, "layer": 1.1, "rms": 1.05}[norm] * (5 if L > 2 else 1)
     if config["dtype"] == "bfloat16":
       secs *= 1.2
-    diverges = (config["norm_position"] == "post" and config["warmup_steps"] == 0
-                and config["learning_rate"] == cfg.get_config("smoke").learning_rate)
+    diverges = ((config["norm_position"] == "post" and config["warmup_steps"] == 0
+                 and config["learning_rate"] == cfg.get_config("smoke").learning_rate)
+                or (norm == "none" and not config["scaled_residual_init"] and L > 2))
     steps = (5, 10) if diverges else (5, 10, 15, 20)
     (wd / "metrics.jsonl").write_text("".join(json.dumps(
         {"step": s, "train_bpc": 4.0, "valid_bpc": 4.5 - fall * (i + 1) + 0.01 * seed,
@@ -223,7 +226,7 @@ def test_target_records_divergence_and_judges_each_claim(tmp_path, monkeypatch):
   judge_smoke_runs(monkeypatch)
   argv = ["transformer", "--preset", "smoke", "--seeds", "2"]
   reproduce_on(monkeypatch, tmp_path, FakeTransformerRun, argv, "configs/transformer.py:smoke")
-  assert len(FakeTransformerRun.commands) == 2 * len(target.grid()) == 30
+  assert len(FakeTransformerRun.commands) == 2 * len(target.grid()) == 34
   out = tmp_path / "res" / "transformer_smoke"
   md = (out / "results.md").read_text()
   lines = md.splitlines()
@@ -254,8 +257,24 @@ def test_target_records_divergence_and_judges_each_claim(tmp_path, monkeypatch):
                       "tell (no idle benchmark recorded beside the runs; it awaits `python -m "
                       "scripts.bench.transformer --preset smoke --repeats 7`)) |")
   # Normalized: 2.0 at update 20 vs none's 2.5 (reached at 15 by them) against its last, 20.
-  row = next(l for l in lines if l.startswith("| 3. pre-LN needs fewer updates than no norm (2"))
+  row = next(l for l in lines if l.startswith("| 3. pre-LN needs fewer updates than no norm "
+                                              "GPT-2-scaled (norm and init both differ) (2"))
   assert "15 vs 20 / 15 vs 20" in row and row.endswith("**holds** (2 of 2 seeds, ranges apart) |")
+  # At 3 layers no norm at Xavier's init diverged: a result, reached at the first evaluation.
+  assert any(l.startswith("- L3_none_xavier_warm_seed1: diverged in steps 11-15 (") for l in lines)
+  assert "| no norm (Xavier) | 3 | 5 | 0.001 | float32 | diverged in steps 11-15 / diverged" in md
+  for claim in ("pre-LN needs fewer updates than no norm at the same init (Xavier: the norm "
+                "alone) (3", "no norm: GPT-2's scaled init needs fewer updates than Xavier's "
+                "(the init alone) (3"):
+    row = next(l for l in lines if l.startswith(f"| 3. {claim}"))
+    assert "5 vs diverged / 5 vs diverged" in row, row
+    assert row.endswith("**holds** (2 of 2 seeds, ranges apart) |")
+  # At 2 layers the fake runs ignore the init: no norm ends at 2.5 at either.
+  row = next(l for l in lines if l.startswith("| 3. no norm: GPT-2's scaled init needs fewer "
+                                              "updates than Xavier's (the init alone) (2"))
+  assert "20 vs 20 / 20 vs 20" in row and row.endswith("**cannot tell** (0 of 2 seeds; the "
+                                                       "ranges overlap) |")
+  assert "Still to come" not in md  # every run of --seeds 2 at the smoke preset (none planned)
   row = next(l for l in lines if l.startswith("| bfloat16 matches float32"))
   assert "x1.20" in row and row.endswith("**holds** (2 of 2 seeds) |")
   assert "(theirs, not ours" in md
@@ -281,3 +300,151 @@ def test_a_failed_run_still_stops_the_target(tmp_path, monkeypatch):
                     "--results_dir", str(tmp_path / "res")])
   assert str(e.value).startswith("error: run(s) L3_post_layer_warm failed")
   assert not (tmp_path / "res").exists()
+
+
+# -- No norm at both inits; runs still to come (issue 63). ----------------------
+
+OLD_RUNS = ["L12_post_layer_warm", "L12_post_layer_nowarm", "L12_pre_layer_warm",
+            "L12_pre_layer_nowarm", "L12_pre_rms_warm", "L12_pre_rms_nowarm", "L12_none_warm",
+            "L12_none_nowarm", "L12_post_layer_nowarm_lrlow", "L12_pre_layer_nowarm_lrlow",
+            "L2_post_layer_warm", "L2_pre_layer_warm", "L2_pre_rms_warm", "L2_none_warm",
+            "L12_pre_layer_warm_bf16"]  # the 15 settings recorded before issue 63
+
+
+def test_the_grid_runs_no_norm_at_both_inits_at_both_depths():
+  from configs import transformer as cfg
+  from scripts.paper import transformer as target
+  c = cfg.get_config("cpu")
+  by = {s.name(c): s.overrides(c) for s in target.grid()}
+  assert len(by) == len(target.grid()) == 17
+  assert set(OLD_RUNS) <= set(by)  # the records made keep their names
+  xavier = {"norm_position": "none", "norm": "none", "scaled_residual_init": False}
+  # With warm-up, as its GPT-2-scaled sibling (no warmup_steps override).
+  assert by["L12_none_xavier_warm"] == xavier
+  assert by["L2_none_xavier_warm"] == {**xavier, "num_layers": 2}
+  assert by["L12_none_warm"] == {**xavier, "scaled_residual_init": True}
+  assert by["L2_none_warm"] == {**xavier, "scaled_residual_init": True, "num_layers": 2}
+  assert set(by) - set(OLD_RUNS) == {"L12_none_xavier_warm", "L2_none_xavier_warm"}
+  assert "GPT-2" in target.LABELS["none"] and "Xavier" in target.LABELS["none_xavier"]
+
+
+def _seed(seed: int, bpcs, layers: int = 12, diverged: bool = False) -> dict:
+  """A seed's record as the target reads it: evaluations every 1,000 updates."""
+  m = [{"step": 1000 * (i + 1), "valid_bpc": v + 0.01 * seed, "epoch_time_s": 300.0}
+       for i, v in enumerate(bpcs)]
+  return {"config": {"seed": seed, "num_layers": layers}, "metrics": m, "name": f"r{seed}",
+          "diverged": {"first_step": 101, "last_step": 200} if diverged else None,
+          "grad_norms": None}
+
+
+def _run(bpcs, layers: int = 12, diverged: bool = False, seeds: int = 2) -> dict:
+  s = [_seed(i, bpcs, layers, diverged) for i in range(seeds)]
+  return {**s[0], "seeds": s}
+
+
+def test_claim_3_tells_the_norm_from_the_init():
+  """Fewer updates than no norm, three ways: at 12 layers the norm alone holds
+  (no norm at Xavier's init diverged before its first evaluation) while the
+  comparison against GPT-2's init fails; at 2 layers the init alone fails.
+  Settings without records read "to come", not a verdict."""
+  from scripts.paper import transformer as target
+  S = target.Setting
+  records = {}
+  for deep, L in ((True, 12), (False, 2)):
+    for norm in ("post_layer", "pre_layer", "pre_rms"):
+      records[S(norm, deep=deep)] = _run([3.0, 2.5] if deep else [2.8, 2.6], L)
+  records[S("none")] = _run([2.9, 2.45])
+  records[S("none_xavier")] = _run([], diverged=True)  # a huge loss, NaN before update 1000
+  records[S("none", deep=False)] = _run([3.3, 3.0], 2)
+  records[S("none_xavier", deep=False)] = _run([3.2, 2.9], 2)
+  md = target.claims(records, 2, "cpu", left=3)
+  rows = {l.split(" | ")[0][2:]: l.split(" | ") for l in md.splitlines() if l.startswith("| ")}
+  row = lambda start: next(v for k, v in rows.items() if k.startswith(start))
+  alone = "needs fewer updates than no norm at the same init (Xavier: the norm alone)"
+  both = "needs fewer updates than no norm GPT-2-scaled (norm and init both differ)"
+  init = "3. no norm: GPT-2's scaled init needs fewer updates than Xavier's (the init alone)"
+  holds, fails = "**holds** (2 of 2 seeds, ranges apart) |", "**fails** (0 of 2 seeds, ranges apart) |"
+  for norm in ("post-LN", "pre-LN", "pre-RMSNorm"):
+    r = row(f"3. {norm} {alone} (12 layers")
+    assert r[2] == "1000 vs diverged / 1000 vs diverged" and r[-1] == holds
+    r = row(f"3. {norm} {both} (12 layers")
+    assert r[2] == "not reached vs 2000 / not reached vs 2000" and r[-1] == fails
+    assert row(f"3. {norm} {alone} (2 layers")[-1] == holds
+    assert row(f"3. {norm} {both} (2 layers")[-1] == holds
+  assert row(f"{init} (12 layers")[2] == "1000 vs diverged / 1000 vs diverged"
+  assert row(f"{init} (12 layers")[-1] == holds
+  assert row(f"{init} (2 layers")[2] == "not reached vs 2000 / not reached vs 2000"
+  assert row(f"{init} (2 layers")[-1] == fails
+  # No record of post-LN without warm-up here: its claim waits, it is not judged.
+  r = row("1. post-LN needs warm-up")
+  assert r[2] == "to come" and r[-1] == "to come |" and "post-LN (12 layers)" in r[3]
+  assert "**3 runs still to come**" in md
+
+
+def _fake_committed(folder: Path, names_seeds: dict[str, list[int]]) -> None:
+  """Records of the cpu preset's grid (config.json, metrics.jsonl ending at
+  the run's last update), the runs named with the seeds listed, and a
+  results.md naming the command that made them."""
+  from configs import transformer as cfg
+  from scripts.paper import runs as R
+  from scripts.paper import transformer as target
+  c = cfg.get_config("cpu")
+  by = {s.name(c): s.overrides(c) for s in target.grid()}
+  for name, seeds in names_seeds.items():
+    for seed in seeds:
+      d = folder / (name + (f"_seed{seed}" if seed else ""))
+      d.mkdir(parents=True)
+      config = R.config_dict(target.CONFIG, "cpu", {**by[name], **({"seed": seed} if seed else {})})
+      (d / "config.json").write_text(json.dumps(
+          {"config": config, "git_commit": "abc", "versions": {"jax": "x"}}))
+      (d / "metrics.jsonl").write_text("".join(json.dumps(
+          {"step": s, "valid_bpc": v + 0.01 * seed, "epoch_time_s": 300.0,
+           **({"test_bpc": v} if s == c.num_steps else {})}) + "\n"
+          for s, v in ((1000, 3.0), (c.num_steps, 2.6 if "none" in name else 2.5))))
+  (folder / "results.md").write_text(
+      "# x\n\nCommand: `python scripts/reproduce.py transformer --preset cpu --seeds 2 "
+      "--results_dir results`  \n")
+
+
+@pytest.mark.parametrize("third", [False, True])
+def test_redraw_tables_the_records_there_are_and_lists_the_runs_to_come(tmp_path, third):
+  """The 15 old settings at 2 seeds (one of them at 3 with ``third``), none
+  of the new: redraw.py tables them and lists the 3rd seeds and the new
+  settings' 3 seeds as to come, with the command that runs them."""
+  from scripts import redraw
+  res, out = tmp_path / "results", tmp_path / "out"
+  seeds = {n: [0, 1] for n in OLD_RUNS}
+  if third:
+    seeds["L12_pre_layer_warm"] = [0, 1, 2]
+  _fake_committed(res / "transformer_cpu", seeds)
+  assert redraw.main(["transformer", "--preset", "cpu", "--results_dir", str(res),
+                      "--out", str(out)]) == 0
+  md = (out / "results.md").read_text()
+  lines = md.splitlines()
+  todo = next(l for l in lines if l.startswith("- the runs, by name (for `--only`): "))
+  names = {n.strip("`") for n in todo.split(": ", 1)[1].split(", ")}
+  want = ({f"{n}_seed2" for n in OLD_RUNS}
+          | {f"L{L}_none_xavier_warm{x}" for L in (12, 2) for x in ("", "_seed1", "_seed2")})
+  if third:
+    want.remove("L12_pre_layer_warm_seed2")
+  assert names == want
+  assert f"{len(want)} of 51 runs (17 settings x 3 seeds" in md
+  assert ("`python scripts/reproduce.py transformer --preset cpu --seeds 3 --results_dir results "
+          "--adopt_results --only NAME,...`") in md
+  assert ("- settings with no record yet, every seed: no norm (Xavier) at 12 layers "
+          "(`L12_none_xavier_warm`), no norm (Xavier) at 2 layers (`L2_none_xavier_warm`)") in md
+  # The table says how many seeds each row rests on; the new settings' rows wait.
+  assert "| no norm (Xavier) | 12 | 200 | 0.001 | float32 | 0 of 3 | to come | | | | |" in lines
+  assert "| no norm (Xavier) | 2 | 200 | 0.001 | float32 | 0 of 3 | to come | | | | |" in lines
+  assert "| no norm (GPT-2-scaled) | 12 | 200 | 0.001 | float32 | 2 of 3 | 2.605 ± 0.007 |" in md
+  assert ("| pre-LN | 12 | 200 | 0.001 | float32 | " + ("3 of 3 | 2.510 ± 0.010" if third
+                                                       else "2 of 3 | 2.505 ± 0.007")) in md
+  assert ("Seeds: up to 3 per run" if third else "Seeds: up to 2 per run, 3 planned") in md
+  verdict = lambda start: next(l for l in lines if l.startswith(start)).split(" | ")
+  r = verdict("| 3. pre-LN needs fewer updates than no norm at the same init (Xavier")
+  assert r[2] == "to come" and r[-1] == "to come |"
+  # The recorded comparisons are judged on the seeds both sides have (2).
+  r = verdict("| 3. pre-LN needs fewer updates than no norm GPT-2-scaled (norm and init both "
+              "differ) (12 layers")
+  assert r[2] == "2000 vs 2000 / 2000 vs 2000" and r[-1].startswith("**cannot tell** (0 of 2 seeds")
+  assert "runs still to come** (above)" in md

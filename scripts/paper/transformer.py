@@ -5,34 +5,42 @@ The grid is built around three claims, not the full product (``grid``):
 
   deep (the preset's 12 layers), Adam at the preset's rate ("high"):
     post-LN, pre-LN, pre-RMSNorm, no norm, each with and without warm-up  8 runs
+    no norm at Xavier's init, with warm-up                                1 run
   deep, a quarter of the rate ("low"), no warm-up: post-LN, pre-LN        2 runs
-  shallow (2 layers), warm-up: the four norms                             4 runs
+  shallow (2 layers), warm-up: the four norms and no norm at Xavier's     5 runs
   deep pre-LN with warm-up in bfloat16 (against its float32 run)          1 run
 
-15 runs a seed. Sizing (the cpu preset, 2,000 updates a run, measured on the
-2-core CPU with a niced handwriting job on it; configs/transformer.py): a
-12-layer run 0.30-0.37 s an update, ~12-14 min with its 20 evaluations and
-compiling; a 2-layer one ~3 min. 11 deep and 4 shallow runs: ~2.3-2.7 h a
-seed, ~5 h for ``--seeds 2`` (~9 h if the machine is as busy as at 0.65 s an
-update), inside the issue's 12 h. A pilot of 300 updates showed the effect
-the grid is for: post-LN without warm-up at 1e-3 stalled at 4.54 validation
-bpc (its lower blocks' gradients near 0), pre-LN with warm-up 3.55.
+17 runs a seed, 3 seeds planned (issue 63; ``PLANNED_SEEDS``). Sizing (the cpu
+preset, 2,000 updates a run, measured on the 2-core CPU with a niced
+handwriting job on it; configs/transformer.py): a 12-layer run 0.30-0.37 s an
+update, ~12-14 min with its 20 evaluations and compiling; a 2-layer one ~3
+min. 12 deep and 5 shallow runs: ~2.7-3.1 h a seed, ~8-9 h for ``--seeds 3``
+(nearly twice that if the machine is as busy as at 0.65 s an update). A pilot
+of 300 updates showed the effect the grid is for: post-LN without warm-up at
+1e-3 stalled at 4.54 validation bpc (its lower blocks' gradients near 0),
+pre-LN with warm-up 3.55.
 
-No norm starts with W^O and W^2 scaled by 1/sqrt(2L) (GPT-2's
-init): with Xavier's alone a 12-layer unnormalized stack starts at a loss of
-~860 nats and the comparison would say nothing.
+No norm runs twice: from GPT-2's init (W^O and W^2 scaled by 1/sqrt(2L):
+``none``) and from Xavier's alone (``none_xavier``, the normalized models'
+init; a 12-layer stack at it starts at a loss of ~860 nats and may diverge,
+which is a result). Claim 3, fewer updates with a norm than without, is
+judged three ways: against no norm at Xavier's init (the norm alone), no norm
+GPT-2-scaled against Xavier's (the init alone), and against no norm
+GPT-2-scaled (both at once, as first run).
 
 A run whose loss turns NaN is a result: the run stops with exit status 3
 (the loop's NonFiniteLossError), its workdir holds diverged.json, and the
 tables say "diverged in steps a-b"; every other failure stops the target as
 scripts/paper/runs.run_all does. Runs are counted in updates (no epochs):
 runs.finished takes a record as finished at ``num_steps`` or at its
-divergence. At ~5 h the grid is split across sittings with reproduce.py's
-``--only`` and ``--adopt_results``.
-"""
+divergence. At ~9 h the grid is split across sittings with reproduce.py's
+``--only`` and ``--adopt_results``; results.md lists the runs still to come
+(the planned seeds past ``--seeds``, and under scripts/redraw.py every run
+without a whole record), and its tables use the seeds recorded."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -54,10 +62,20 @@ NORMS = {  # key -> the config fields that pick it
     "post_layer": {"norm_position": "post", "norm": "layer"},
     "pre_layer": {"norm_position": "pre", "norm": "layer"},
     "pre_rms": {"norm_position": "pre", "norm": "rms"},
+    # No norm twice: from GPT-2's init (W^O and W^2 at Xavier / sqrt(2 L)), and
+    # from Xavier's, the normalized models' (claim 3: the norm apart from the init).
     "none": {"norm_position": "none", "norm": "none", "scaled_residual_init": True},
+    "none_xavier": {"norm_position": "none", "norm": "none", "scaled_residual_init": False},
 }
 LABELS = {"post_layer": "post-LN", "pre_layer": "pre-LN", "pre_rms": "pre-RMSNorm",
-          "none": "no norm"}
+          "none": "no norm (GPT-2-scaled)", "none_xavier": "no norm (Xavier)"}
+WARMUP_PAIRS = ("post_layer", "pre_layer", "pre_rms", "none")  # deep, with and without warm-up
+# The seeds the study is planned at, by preset (issue 63): results.md lists
+# those past ``--seeds`` (or, redrawn, without a whole record) as to come.
+PLANNED_SEEDS = {"cpu": 3}
+# Minutes a run, 12 layers and 2 (the docstring's sizing), for the estimate
+# beside the runs still to come.
+MINUTES = {"cpu": ((12, 14), (3, 3))}
 SHALLOW_LAYERS = 2   # the shallow model's blocks
 LOW_RATE = 0.25      # the smaller learning rate, times the preset's
 # The rules for Figure 3's claim: W^2's gradient norms "grow toward the
@@ -98,7 +116,8 @@ class Setting:
 
 
 def grid() -> list[Setting]:
-  out = [Setting(n, warmup=w) for n in NORMS for w in (True, False)]
+  out = [Setting(n, warmup=w) for n in WARMUP_PAIRS for w in (True, False)]
+  out += [Setting("none_xavier")]  # with warm-up, as no norm's runs in claim 3
   out += [Setting(n, warmup=False, low_rate=True) for n in ("post_layer", "pre_layer")]
   out += [Setting(n, deep=False) for n in NORMS]
   out += [Setting("pre_layer", dtype="bfloat16")]
@@ -107,19 +126,56 @@ def grid() -> list[Setting]:
 
 # -- Running the grid -----------------------------------------------------------
 
-def run_grid(args, runs: dict) -> dict:
-  """runs.run_all over ``runs``, a divergence (exit status 3, diverged.json)
-  counting as a result; each seed's record also holds ``grad_norms`` and
-  ``diverged`` (their JSON, None where the run wrote none)."""
-  records = R.run_all(args, CONFIG, runs, optional=(GRAD_NORMS,),
-                      stops={NONFINITE_EXIT: DIVERGED})
+def planned_seeds(args) -> int:
+  """The seeds a run of the grid is planned at: ``--seeds``, or the preset's
+  ``PLANNED_SEEDS`` where that is more."""
+  return max(args.seeds, PLANNED_SEEDS.get(args.preset, 1))
+
+
+def run_grid(args, runs: dict) -> tuple[dict, list[str]]:
+  """runs.run_all over ``runs`` ({setting: (name, overrides)}), a divergence
+  (exit status 3, diverged.json) counting as a result: (records, the runs
+  still to come). Each seed's record also holds ``grad_norms`` and
+  ``diverged`` (their JSON, None where the run wrote none).
+
+  Still to come: every run of the planned seeds (:func:`planned_seeds`)
+  without a record here. Under scripts/redraw.py (``args.no_training``) the
+  runs without a whole record are to come too, not refused: the records hold
+  the settings with at least one whole seed, each with the seeds it has (in
+  seed order); a setting with none is absent. A record there that is not
+  whole (damaged, or of another config) is refused in one line, as run_all
+  refuses it."""
+  if getattr(args, "no_training", None):
+    whole = {}
+    for key, rs in R.expand(runs, R.seed_names(args, CONFIG)).items():
+      for i, (name, o) in enumerate(rs):
+        wd = R.workdir(args, name)
+        state, why = R.record_state(wd, CONFIG, args.preset, o, (DIVERGED,))
+        if state:
+          whole[key, i] = (name, o)
+        elif wd.exists():  # a record there, but damaged or of another config: not "to come"
+          sys.exit(f"error: {args.no_training / name} is not a whole record of {args.target} "
+                   f"({why}); redraw.py draws from whole records only and trains nothing")
+    one = argparse.Namespace(**{**vars(args), "seeds": 1, "only": None})
+    got = R.run_all(one, CONFIG, whole, optional=(GRAD_NORMS,),
+                    stops={NONFINITE_EXIT: DIVERGED}) if whole else {}
+    records = {}
+    for (key, _), r in got.items():  # run_all keeps the order of ``whole``: seeds in order
+      records.setdefault(key, {**r, "seeds": []})["seeds"].append(r["seeds"][0])
+  else:
+    records = R.run_all(args, CONFIG, runs, optional=(GRAD_NORMS,),
+                        stops={NONFINITE_EXIT: DIVERGED})
   for r in records.values():
     for x in R.seeds(r):
       for key, f in (("grad_norms", GRAD_NORMS), ("diverged", DIVERGED)):
         path = R.out_dir(args) / x["name"] / f
         x[key] = json.loads(path.read_text()) if path.exists() else None
     r.update({k: r["seeds"][0][k] for k in ("grad_norms", "diverged")})
-  return records
+  have = {x["name"] for r in records.values() for x in R.seeds(r)}
+  plan = argparse.Namespace(**{**vars(args), "seeds": planned_seeds(args)})
+  left = [name for rs in R.expand(runs, R.seed_names(plan, CONFIG)).values()
+          for name, _ in rs if name not in have]
+  return {s: records[s] for s in runs if s in records}, left
 
 
 # -- Reading the records --------------------------------------------------------
@@ -267,117 +323,192 @@ def per(values) -> str:
   return " / ".join(values)
 
 
-def claims(records: dict[Setting, dict], n: int, preset: str = "cpu") -> str:
+def paired(a: dict, b: dict) -> list[tuple[dict, dict]]:
+  """Seed s of run ``a`` with seed s of run ``b``, for the seeds both have
+  recorded, in seed order."""
+  by = {x["config"]["seed"]: x for x in R.seeds(b)}
+  return [(x, by[x["config"]["seed"]]) for x in R.seeds(a) if x["config"]["seed"] in by]
+
+
+def updates_to(x: dict, base: dict) -> tuple[float, float]:
+  """(the update at which ``x`` first reaches ``base``'s final valid bpc --
+  its first evaluation where ``base`` diverged --, ``base``'s last update:
+  inf where it diverged)."""
+  return (R.first(x["metrics"], "valid_bpc", final_bpc(base), "step"),
+          base["metrics"][-1]["step"] if base["metrics"] and not base["diverged"] else math.inf)
+
+
+def claims(records: dict[Setting, dict], n: int, preset: str = "cpu", c=None,
+           left: int = 0) -> str:
   """Each claim, judged seed by seed (seed s against seed s: the same init
-  key and batches) against the seeds' spread of the runs compared."""
+  key and batches) against the seeds' spread of the runs compared. A claim
+  whose runs are not all recorded reads "to come" (``left``: how many runs
+  are; ``c``: the preset's config, for the layer counts of unrecorded runs)."""
   get = lambda *a, **k: R.seeds(records[Setting(*a, **k)])
-  rec = lambda *a, **k: records[Setting(*a, **k)]
+  rec = lambda *a, **k: records.get(Setting(*a, **k))
+  deep_layers = (c.num_layers if c is not None else
+                 next(r["config"]["num_layers"] for s, r in records.items() if s.deep))
+  layers = lambda deep: deep_layers if deep else SHALLOW_LAYERS
   rows = []
   bench = BENCH.format(preset=preset)
 
-  def worse_row(claim, a_run, b_run, a_lab, b_lab, expect_worse: bool):
+  def to_come(claim, measure, *settings) -> bool:
+    """A row saying which of ``settings`` have no record yet; False if all have."""
+    missing = [s for s in settings if s not in records]
+    if missing:
+      rows.append((claim, measure, "to come", "no record yet: " + ", ".join(
+          f"{s.label()} ({layers(s.deep)} layers)" for s in dict.fromkeys(missing)), "to come"))
+    return bool(missing)
+
+  def worse_row(claim, a_set, b_set, a_lab, b_lab, expect_worse: bool):
+    measure = f"final valid bpc, {a_lab} vs {b_lab}"
+    if to_come(claim, measure, a_set, b_set):
+      return
+    a_run, b_run = records[a_set], records[b_set]
     sp = spread(a_run, b_run)
-    pairs = list(zip(R.seeds(a_run), R.seeds(b_run)))
+    pairs = paired(a_run, b_run)
     a, b = [final_bpc(x) for x, _ in pairs], [final_bpc(y) for _, y in pairs]
     kept = verdicts.no_worse(a, b, lower=True, sp=sp)
     per_seed = per(f"{outcome(x)} vs {outcome(y)}" for x, y in pairs)
     # Needing warm-up: worse without it, the ranges apart; not needing it: no
     # worse without it beyond the spread in each seed (a stated test).
     v = verdicts.compare(a, b, lower=False) if expect_worse else verdicts.passes(kept)
-    rows.append((claim, f"final valid bpc, {a_lab} vs {b_lab}", per_seed,
+    rows.append((claim, measure, per_seed,
                  f"worse beyond the spread ({sp:.3f}) in {sum(not k for k in kept)} of {len(a)}",
                  str(v)))
 
-  worse_row("1. post-LN needs warm-up (at the larger rate)", rec("post_layer", warmup=False),
-            rec("post_layer"), "no warm-up", "warm-up", True)
-  worse_row("1. pre-LN does not need warm-up", rec("pre_layer", warmup=False),
-            rec("pre_layer"), "no warm-up", "warm-up", False)
+  def updates_row(claim, a_set, b_set, measure):
+    """Claim 3's measure: ``a_set`` reaches ``b_set``'s final bpc before
+    ``b_set``'s last update, seed by seed."""
+    if to_come(claim, measure, a_set, b_set):
+      return
+    pairs = paired(records[a_set], records[b_set])
+    to = [updates_to(x, y) for x, y in pairs]
+    cells = [f"{R.reached(a)} vs {'diverged' if y['diverged'] else R.reached(b)}"
+             for (a, b), (_, y) in zip(to, pairs)]
+    rows.append((claim, measure, per(cells), f"sooner in {sum(a < b for a, b in to)} of {len(to)}",
+                 str(verdicts.compare([a for a, _ in to], [b for _, b in to], lower=True))))
+
+  worse_row("1. post-LN needs warm-up (at the larger rate)", Setting("post_layer", warmup=False),
+            Setting("post_layer"), "no warm-up", "warm-up", True)
+  worse_row("1. pre-LN does not need warm-up", Setting("pre_layer", warmup=False),
+            Setting("pre_layer"), "no warm-up", "warm-up", False)
   for norm in ("post_layer", "pre_layer"):
-    lo, hi = R.seeds(rec(norm, warmup=False, low_rate=True)), get(norm, warmup=False)
-    better = sum(final_bpc(a) < final_bpc(b) for a, b in zip(lo, hi))
-    rows.append((f"1. ({LABELS[norm]}, no warm-up) the trouble is the rate's",
-                 f"final valid bpc at lr x{LOW_RATE:g} vs the larger lr",
-                 per(f"{outcome(a)} vs {outcome(b)}" for a, b in zip(lo, hi)),
-                 f"smaller rate better in {better} of {len(lo)}", "(context)"))
-  post, pre = get("post_layer"), get("pre_layer")
-  ups, flats = [w2_ratio(x) for x in post], [w2_ratio(x) for x in pre]
-  grows = [v > 1 and w2_slope(x) > 0 for v, x in zip(ups, post)]
-  rows.append(("1. at init post-LN's gradients grow toward the output",
-               "W^2 gradient norm, last block / first (blocks rising; slope of log norm a block)",
-               per(f"{v:.2f} ({rising(x)}; {w2_slope(x):+.3f})" for v, x in zip(ups, post)),
-               f"rising in {sum(grows)} of {len(grows)}; by >= {GROWTH:g}x in "
-               f"{sum(v >= GROWTH for v in ups)} of {len(ups)}", str(verdicts.passes(grows))))
-  flat = [1 / GROWTH < v < GROWTH for v in flats]
-  rows.append(("1. at init pre-LN's stay flat", "W^2 gradient norm, last block / first "
-               "(blocks rising; slope)",
-               per(f"{v:.2f} ({rising(x)}; {w2_slope(x):+.3f})" for v, x in zip(flats, pre)),
-               f"within {GROWTH:g}x in {sum(flat)} of {len(flat)}; falling (< 1) in "
-               f"{sum(v < 1 for v in flats)}", str(verdicts.passes(flat))))
-  more = [a > b for a, b in zip(ups, flats)]
-  rows.append(("1. post-LN's grow more than pre-LN's (Figure 3's contrast)",
-               "last / first, post-LN vs pre-LN", per(f"{a:.2f} vs {b:.2f}" for a, b in
-                                                     zip(ups, flats)),
-               f"post-LN's higher in {sum(more)} of {len(more)}",
-               str(verdicts.compare(ups, flats, lower=False))))
+    claim = f"1. ({LABELS[norm]}, no warm-up) the trouble is the rate's"
+    measure = f"final valid bpc at lr x{LOW_RATE:g} vs the larger lr"
+    lo_set, hi_set = Setting(norm, warmup=False, low_rate=True), Setting(norm, warmup=False)
+    if to_come(claim, measure, lo_set, hi_set):
+      continue
+    pairs = paired(records[lo_set], records[hi_set])
+    better = sum(final_bpc(a) < final_bpc(b) for a, b in pairs)
+    rows.append((claim, measure, per(f"{outcome(a)} vs {outcome(b)}" for a, b in pairs),
+                 f"smaller rate better in {better} of {len(pairs)}", "(context)"))
+  grow_claims = ("1. at init post-LN's gradients grow toward the output",
+                 "1. at init pre-LN's stay flat",
+                 "1. post-LN's grow more than pre-LN's (Figure 3's contrast)")
+  if not any([to_come(claim, "W^2 gradient norm at init, last block / first",
+                      Setting("post_layer"), Setting("pre_layer")) for claim in grow_claims]):
+    post, pre = get("post_layer"), get("pre_layer")
+    ups, flats = [w2_ratio(x) for x in post], [w2_ratio(x) for x in pre]
+    grows = [v > 1 and w2_slope(x) > 0 for v, x in zip(ups, post)]
+    rows.append((grow_claims[0],
+                 "W^2 gradient norm, last block / first (blocks rising; slope of log norm a block)",
+                 per(f"{v:.2f} ({rising(x)}; {w2_slope(x):+.3f})" for v, x in zip(ups, post)),
+                 f"rising in {sum(grows)} of {len(grows)}; by >= {GROWTH:g}x in "
+                 f"{sum(v >= GROWTH for v in ups)} of {len(ups)}", str(verdicts.passes(grows))))
+    flat = [1 / GROWTH < v < GROWTH for v in flats]
+    rows.append((grow_claims[1], "W^2 gradient norm, last block / first "
+                 "(blocks rising; slope)",
+                 per(f"{v:.2f} ({rising(x)}; {w2_slope(x):+.3f})" for v, x in zip(flats, pre)),
+                 f"within {GROWTH:g}x in {sum(flat)} of {len(flat)}; falling (< 1) in "
+                 f"{sum(v < 1 for v in flats)}", str(verdicts.passes(flat))))
+    both = [(w2_ratio(a), w2_ratio(b)) for a, b in paired(records[Setting("post_layer")],
+                                                          records[Setting("pre_layer")])]
+    more = [a > b for a, b in both]
+    rows.append((grow_claims[2], "last / first, post-LN vs pre-LN",
+                 per(f"{a:.2f} vs {b:.2f}" for a, b in both),
+                 f"post-LN's higher in {sum(more)} of {len(more)}",
+                 str(verdicts.compare([a for a, _ in both], [b for _, b in both], lower=False))))
   # 2. RMSNorm reaches LN's quality in less time: the quality from the final
   # bpc, the time only from an idle benchmark (the runs' own step times, shown
   # for reference, were taken with runs sharing the cores).
   for deep in (True, False):
-    ln, rms, none = get("pre_layer", deep=deep), get("pre_rms", deep=deep), get("none", deep=deep)
-    ratio = [step_seconds(b["metrics"]) / step_seconds(a["metrics"]) for a, b in zip(ln, rms)]
-    a, b = [final_bpc(x) for x in rms], [final_bpc(x) for x in ln]
-    sp = spread(*(records[Setting(k, deep=deep)] for k in ("pre_rms", "pre_layer")))
-    kept = verdicts.no_worse(a, b, lower=True, sp=sp)
-    depth = f"{ln[0]['config']['num_layers']} layers"
-    rows.append((f"2. RMSNorm reaches LN's quality in less time ({depth})",
-                 "final valid bpc, pre-RMS vs pre-LN; the runs' step time pre-RMS / pre-LN "
-                 "(not judged: runs shared the cores)",
-                 per(f"{outcome(x)} vs {outcome(y)}, x{q:.3f}" for x, y, q in zip(rms, ln, ratio)),
-                 f"pre-RMS lower in {sum(x < y for x, y in zip(a, b))} of {len(a)}; worse beyond "
-                 f"the spread ({sp:.3f}) in {sum(not k for k in kept)}",
-                 str(verdicts.both({"LN's quality": verdicts.passes(kept),
-                                    "less time": verdicts.untimed(len(a), bench)}))))
-    shares = {k: [1 - step_seconds(z["metrics"]) / step_seconds(x["metrics"])
-                  for x, z in zip(get(k, deep=deep), none)] for k in ("post_layer", "pre_layer",
-                                                                       "pre_rms")}
-    rows.append((f"2. the norm's share of the step ({depth})", "1 - none's s / update over "
-                 "the norm's (post-LN, pre-LN, pre-RMS), the runs' own times",
-                 per(", ".join(f"{100 * shares[k][i]:.0f}%" for k in shares)
-                     for i in range(len(none))), "", "(measure)"))
-  # 3. The normalized models reach a given bpc in fewer updates.
+    depth = f"{layers(deep)} layers"
+    ln_set, rms_set = Setting("pre_layer", deep=deep), Setting("pre_rms", deep=deep)
+    claim = f"2. RMSNorm reaches LN's quality in less time ({depth})"
+    if not to_come(claim, "final valid bpc, pre-RMS vs pre-LN", rms_set, ln_set):
+      pairs = paired(records[rms_set], records[ln_set])
+      ratio = [step_seconds(b["metrics"]) / step_seconds(a["metrics"]) for b, a in pairs]
+      a, b = [final_bpc(x) for x, _ in pairs], [final_bpc(y) for _, y in pairs]
+      sp = spread(records[rms_set], records[ln_set])
+      kept = verdicts.no_worse(a, b, lower=True, sp=sp)
+      rows.append((claim,
+                   "final valid bpc, pre-RMS vs pre-LN; the runs' step time pre-RMS / pre-LN "
+                   "(not judged: runs shared the cores)",
+                   per(f"{outcome(x)} vs {outcome(y)}, x{q:.3f}" for (x, y), q in zip(pairs, ratio)),
+                   f"pre-RMS lower in {sum(x < y for x, y in zip(a, b))} of {len(a)}; worse beyond "
+                   f"the spread ({sp:.3f}) in {sum(not k for k in kept)}",
+                   str(verdicts.both({"LN's quality": verdicts.passes(kept),
+                                      "less time": verdicts.untimed(len(a), bench)}))))
+    normed = [Setting(k, deep=deep) for k in ("post_layer", "pre_layer", "pre_rms")]
+    claim = f"2. the norm's share of the step ({depth})"
+    measure = ("1 - none's s / update over the norm's (post-LN, pre-LN, pre-RMS), the runs' own "
+               "times (none: no norm GPT-2-scaled)")
+    if not to_come(claim, measure, *normed, Setting("none", deep=deep)):
+      none = records[Setting("none", deep=deep)]
+      shares = {s: {x["config"]["seed"]: 1 - step_seconds(z["metrics"]) / step_seconds(x["metrics"])
+                    for x, z in paired(records[s], none)} for s in normed}
+      seeds = [x["config"]["seed"] for x in R.seeds(none) if all(x["config"]["seed"] in v
+                                                                    for v in shares.values())]
+      rows.append((claim, measure, per(", ".join(f"{100 * shares[s][i]:.0f}%" for s in normed)
+                                       for i in seeds), "", "(measure)"))
+  # 3. The normalized models reach a given bpc in fewer updates, told apart:
+  # against no norm at the same (Xavier) init, the norm alone; no norm
+  # GPT-2-scaled against Xavier, the init alone; against no norm GPT-2-scaled,
+  # both at once (the comparison as first made).
+  reach = ("update at which it reaches its seed's no-norm final valid bpc (its first "
+           "evaluation where no norm diverged), vs no norm's last")
   for deep in (True, False):
-    none = get("none", deep=deep)
+    depth = f"{layers(deep)} layers, warm-up"
+    xavier, gpt2 = Setting("none_xavier", deep=deep), Setting("none", deep=deep)
     for norm in ("post_layer", "pre_layer", "pre_rms"):
-      runs = get(norm, deep=deep)
-      to = [(R.first(x["metrics"], "valid_bpc", final_bpc(b), "step"),
-             b["metrics"][-1]["step"] if b["metrics"] and not b["diverged"] else math.inf)
-            for x, b in zip(runs, none)]
-      sooner = sum(a < b for a, b in to)
-      rows.append((f"3. {LABELS[norm]} needs fewer updates than no norm "
-                   f"({runs[0]['config']['num_layers']} layers, warm-up)",
-                   "update at which it reaches its seed's no-norm final valid bpc, vs no norm's "
-                   "last", per(f"{R.reached(a)} vs {R.reached(b)}" for a, b in to),
-                   f"sooner in {sooner} of {len(to)}",
-                   str(verdicts.compare([a for a, _ in to], [b for _, b in to], lower=True))))
+      updates_row(f"3. {LABELS[norm]} needs fewer updates than no norm at the same init "
+                  f"(Xavier: the norm alone) ({depth})", Setting(norm, deep=deep), xavier, reach)
+    updates_row(f"3. no norm: GPT-2's scaled init needs fewer updates than Xavier's (the init "
+                f"alone) ({depth})", gpt2, xavier,
+                "update at which no norm GPT-2-scaled reaches its seed's no norm (Xavier) final "
+                "valid bpc (its first evaluation where that diverged), vs the latter's last")
+    for norm in ("post_layer", "pre_layer", "pre_rms"):
+      updates_row(f"3. {LABELS[norm]} needs fewer updates than no norm GPT-2-scaled (norm and "
+                  f"init both differ) ({depth})", Setting(norm, deep=deep), gpt2, reach)
   # bfloat16 against float32.
-  f32, b16 = rec("pre_layer"), rec("pre_layer", dtype="bfloat16")
-  sp = spread(f32, b16)
-  pairs = list(zip(R.seeds(b16), R.seeds(f32)))
-  d = [final_bpc(a) - final_bpc(b) for a, b in pairs]
-  st = [step_seconds(a["metrics"]) / step_seconds(b["metrics"]) for a, b in pairs]
-  rows.append(("bfloat16 matches float32 (pre-LN, warm-up)",
-               "final valid bpc, bfloat16 vs float32; the runs' step time bf16 / f32 (not judged)",
-               per(f"{outcome(a)} vs {outcome(b)}, x{q:.2f}" for (a, b), q in zip(pairs, st)),
-               f"within the spread ({sp:.3f}) in {sum(abs(x) <= sp for x in d)} of {len(d)}",
-               str(verdicts.passes([abs(x) <= sp for x in d]))))
+  claim = "bfloat16 matches float32 (pre-LN, warm-up)"
+  measure = "final valid bpc, bfloat16 vs float32; the runs' step time bf16 / f32 (not judged)"
+  if not to_come(claim, measure, Setting("pre_layer", dtype="bfloat16"), Setting("pre_layer")):
+    f32, b16 = rec("pre_layer"), rec("pre_layer", dtype="bfloat16")
+    sp = spread(f32, b16)
+    pairs = paired(b16, f32)
+    d = [final_bpc(a) - final_bpc(b) for a, b in pairs]
+    st = [step_seconds(a["metrics"]) / step_seconds(b["metrics"]) for a, b in pairs]
+    rows.append((claim, measure,
+                 per(f"{outcome(a)} vs {outcome(b)}, x{q:.2f}" for (a, b), q in zip(pairs, st)),
+                 f"within the spread ({sp:.3f}) in {sum(abs(x) <= sp for x in d)} of {len(d)}",
+                 str(verdicts.passes([abs(x) <= sp for x in d]))))
   note = ("" if n > 1 else "\nOne seed: there is no spread to judge against; run "
           "`--seeds 3` for verdicts against the seeds' spread.\n")
+  if left:
+    note += (f"\n**{left} runs still to come** (above): these verdicts rest on the seeds "
+             "recorded, and a claim whose runs have no record reads \"to come\"; a verdict may "
+             "change when they are in.\n")
   return ("\n## Verdicts, seed by seed\n\nValues in seed order; \"the spread\" is the "
           "largest range over seeds of the compared runs' final validation bpc (diverged "
           "seeds left out); a diverged run counts as worse than any bpc. W^2's gradient norms at "
           "initialisation \"grow\" when the last block's exceeds the first's and the slope "
           "of their logarithm over the blocks is positive, and are \"flat\" when the last is "
-          f"within {GROWTH:g}x of the first either way. {verdicts.RULE} No step time is judged "
+          f"within {GROWTH:g}x of the first either way. Claim 3 is told apart: against no norm "
+          "at the normalized models' (Xavier) init it is the norm's alone, no norm GPT-2-scaled "
+          "against no norm at Xavier's init is the init's alone, and against no norm "
+          f"GPT-2-scaled both differ at once. {verdicts.RULE} No step time is judged "
           "from the runs' own timings (runs shared the cores): a speed claim waits for an idle "
           f"benchmark in one process, `{bench}`.\n{note}\n"
           "| claim | measure | per seed | how many seeds | verdict |\n|---|---|---|---|---|\n"
@@ -404,6 +535,43 @@ ANCHORS = """
 """
 
 
+def still_to_come(args, c, runs: dict, left: list[str]) -> str:
+  """results.md's list of the runs still to come (``left``, names of ``runs``'
+  settings over the planned seeds), by seed, with the command that adds them
+  and, at a preset with a sizing, the hours they take."""
+  if not left:
+    return ""
+  names = {s: name for s, (name, _) in runs.items()}
+  plan = planned_seeds(args)
+  total = len(runs) * plan
+  md = (f"\n## Still to come\n\n{len(left)} of {total} runs ({len(runs)} settings x {plan} "
+        f"seeds, the seeds planned at the {args.preset} preset): no record of them is in these "
+        "tables.\n\n")
+  every = argparse.Namespace(**{**vars(args), "seeds": plan})
+  suffixes = [suffix for suffix, _ in R.seed_names(every, CONFIG)]
+  whole = [s for s, name in names.items() if all(name + x in left for x in suffixes)]
+  if whole:
+    md += ("- settings with no record yet, every seed: "
+           + ", ".join(f"{s.label()} at {c.num_layers if s.deep else SHALLOW_LAYERS} layers "
+                       f"(`{names[s]}`)" for s in whole) + "\n")
+  md += "- the runs, by name (for `--only`): " + ", ".join(f"`{n}`" for n in left) + "\n"
+  if args.preset in MINUTES:
+    (lo_d, hi_d), (lo_s, hi_s) = MINUTES[args.preset]
+    deep = sum(1 for s, name in names.items() if s.deep for x in left
+               if x == name or x.startswith(name + "_seed"))
+    shallow = len(left) - deep
+    lo, hi = deep * lo_d + shallow * lo_s, deep * hi_d + shallow * hi_s
+    md += (f"\nAbout {lo / 60:.1f}-{hi / 60:.1f} h, one run at a time on the 2-core CPU "
+           f"({deep} runs of {c.num_layers} layers at ~{lo_d}-{hi_d} min, {shallow} of "
+           f"{SHALLOW_LAYERS} at ~{lo_s} min; scripts/paper/transformer.py's sizing; a diverged "
+           "run stops early).\n")
+  md += ("\nThe rest, a part at a time, each sitting committing its records: `"
+         + R.command(every) + " --adopt_results --only NAME,...`; without `--only`, all of them "
+         "and the tables. A sitting with `--only` writes no tables: `python scripts/redraw.py "
+         f"transformer --preset {args.preset} --out DIR` tables the records there are.\n")
+  return md
+
+
 def transformer(args) -> None:
   """Runs the grid (``grid``) and writes results.md, curves.png and grad_norms.png."""
   c = R.config_module(CONFIG).get_config(args.preset)
@@ -411,12 +579,22 @@ def transformer(args) -> None:
   if c.num_layers == SHALLOW_LAYERS:
     sys.exit(f"error: preset {args.preset} has {c.num_layers} layers, the shallow model's; "
              "the grid needs a deeper one")
-  records = run_grid(args, {s: (s.name(c), s.overrides(c)) for s in settings})
+  runs = {s: (s.name(c), s.overrides(c)) for s in settings}
+  records, left = run_grid(args, runs)
+  if not records:
+    sys.exit(f"error: no whole record of {args.target} to table; its runs: "
+             + ", ".join(left))
   out = R.out_dir(args)
+  out.mkdir(parents=True, exist_ok=True)
   plot_curves(records, c, out / "curves.png")
   plot_grad_norms(records, c, out / "grad_norms.png")
   first = next(iter(records.values()))
+  plan = planned_seeds(args)
   md = R.header(args, list(records.values()), "Beyond the paper: norms in a byte Transformer LM")
+  if left:  # the header's "N per run" is the most any run has
+    md = md.replace(f"Seeds: {args.seeds} per run.", f"Seeds: up to {args.seeds} per run, "
+                    f"{plan} planned (the seeds column says how many each run has; the rest "
+                    "are to come).")
   gn = next((x["grad_norms"] for r in records.values() for x in R.seeds(r) if x["grad_norms"]),
             {})
   # The files relative to the data folder: no machine's path goes into
@@ -433,41 +611,55 @@ def transformer(args) -> None:
          f"{c.learning_rate:g} (the smaller rate {c.learning_rate * LOW_RATE:g}), warm-up "
          f"{c.warmup_steps} updates (linear) then {c.schedule}, clipping "
          f"{c.grad_clip_norm or 'off'}, {c.num_steps} updates, evaluated every "
-         f"{c.eval_every_steps}. No norm: W^O and W^2 start at Xavier / sqrt(2 L) (GPT-2); "
-         "the normalized models at Xavier (Xiong et al.'s setting).\n\n"
+         f"{c.eval_every_steps}. No norm twice: GPT-2-scaled, W^O and W^2 starting at Xavier / "
+         "sqrt(2 L) (GPT-2), and at Xavier, as the normalized models (Xiong et al.'s setting), "
+         "so that claim 3 tells the norm from the init.\n"
+         + still_to_come(args, c, runs, left) + "\n"
          "![validation bpc](curves.png)\n\n"
          "![gradient norms](grad_norms.png)\n\n"
          "Gradient norms: the L2 norm of each block's gradient on one fixed training batch "
          "(`<run>/grad_norms.json`, which also has every layer's, W^O's and the embedding's).\n\n"
-         "## Final bpc\n\n| run | layers | warm-up | lr | dtype | final valid bpc | best valid "
-         "bpc | test bpc | s / update | x none's |\n|---|---|---|---|---|---|---|---|---|---|\n")
-  for s, r in records.items():
-    runs = R.seeds(r)
-    none = records[Setting("none", deep=s.deep)]
-    fin = [final_bpc(x) for x in runs]
+         "## Final bpc\n\n| run | layers | warm-up | lr | dtype | "
+         + ("seeds | " if left else "") + "final valid bpc | best valid "
+         "bpc | test bpc | s / update | x none's |\n|---|---|---|---|---|---|---|---|---|---|"
+         + ("---|" if left else "") + "\n")
+  for s in settings:
+    r = records.get(s)
+    if r is None:
+      o = {**c.to_dict(), **s.overrides(c)}
+      md += (f"| {s.label()} | {o['num_layers']} | {o['warmup_steps'] or 'none'} | "
+             f"{o['learning_rate']:g} | {o['dtype']} | 0 of {plan} | to come | | | | |\n")
+      continue
+    runs_ = R.seeds(r)
+    none = records.get(Setting("none", deep=s.deep))
+    fin = [final_bpc(x) for x in runs_]
     fin_s = (R.mean_sd([v for v in fin], ".3f") if all(map(math.isfinite, fin))
-             else per(outcome(x) for x in runs))
+             else per(outcome(x) for x in runs_))
     best = R.mean_sd([min((m["valid_bpc"] for m in x["metrics"]), default=math.nan)
-                      for x in runs], ".3f")
-    test = (R.mean_sd([x["metrics"][-1].get("test_bpc", math.nan) for x in runs], ".3f")
-            if all(map(math.isfinite, fin)) else per(outcome(x, "test_bpc") for x in runs))
-    secs = [step_seconds(x["metrics"]) for x in runs]
-    ratio = [step_seconds(x["metrics"]) / step_seconds(z["metrics"])
-             for x, z in zip(runs, R.seeds(none))]
+                      for x in runs_], ".3f")
+    test = (R.mean_sd([x["metrics"][-1].get("test_bpc", math.nan) for x in runs_], ".3f")
+            if all(map(math.isfinite, fin)) else per(outcome(x, "test_bpc") for x in runs_))
+    secs = [step_seconds(x["metrics"]) for x in runs_]
+    ratio = ([step_seconds(x["metrics"]) / step_seconds(z["metrics"]) for x, z in paired(r, none)]
+             if none is not None else [])
     cfg = r["config"]
     md += (f"| {s.label()} | {cfg['num_layers']} | {cfg['warmup_steps'] or 'none'} | "
-           f"{cfg['learning_rate']:g} | {cfg['dtype']} | {fin_s} | {best} | {test} | "
-           f"{R.mean_sd(secs, '.3f')} | {R.mean_sd(ratio, '.3f')} |\n")
+           f"{cfg['learning_rate']:g} | {cfg['dtype']} | "
+           + (f"{len(runs_)} of {plan} | " if left else "")
+           + f"{fin_s} | {best} | {test} | {R.mean_sd(secs, '.3f')} | "
+           f"{R.mean_sd(ratio, '.3f') if ratio else 'n/a'} |\n")
   div = [(x["name"], outcome(x)) for r in records.values() for x in R.seeds(r) if x["diverged"]]
   md += ("\nStep times: the median evaluation interval's training seconds per update, from the "
          "runs themselves (no evaluation, checkpoints or compiling); with `--jobs 2`, or other "
          "work on the machine, two runs share the cores and these times are noisier than "
          "`python -m scripts.bench.transformer` (all variants in one process, interleaved; "
-         "BENCHMARKS.md has its table, measured idle).\n"
+         "BENCHMARKS.md has its table, measured idle). x none's: over no norm's (GPT-2-scaled) "
+         "of the same depth and seed.\n"
          "\n## Divergences\n\n"
          + ("".join(f"- {n}: {o} (NaN or Inf in a training metric; metrics up to the last good "
-                    "evaluation)\n" for n, o in div) if div else "None: every run finished.\n"))
-  md += claims(records, len(R.seeds(first)), args.preset)
+                    "evaluation)\n" for n, o in div) if div else
+            "None among the runs recorded.\n" if left else "None: every run finished.\n"))
+  md += claims(records, len(R.seeds(first)), args.preset, c, len(left))
   md += ANCHORS
   (out / "results.md").write_text(md)
   print(md)
