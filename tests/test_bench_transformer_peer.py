@@ -96,8 +96,30 @@ def test_summary_per_round_ratios_median_and_range():
   assert rows["compile"]["ratios"] == pytest.approx([4 / 3, 1.4, 0.9])
   assert rows["compile"]["at_or_under_1"] == 1
   line = M.table(M.summarize(rounds), ["lnorm", "torch", "compile"]).splitlines()[-1]
-  assert line == ("| cpu | pre-layer | 200.0 | 120.0 | 150.0 | 1.50 [1.50-2.00] "
+  assert line == ("| cpu | pre-layer | lnorm | 200.0 | 120.0 | 150.0 | 1.50 [1.50-2.00] "
                   "| 1.33 [0.90-1.40] |")
+
+
+def test_summary_gives_each_lnorm_group_against_each_torch_group():
+  rounds = [{"cpu": {"none": {"lnorm": 200.0, "lnorm_cores": 150.0, "torch": 100.0,
+                               "torch1": 180.0}}},
+            {"cpu": {"none": {"lnorm": 220.0, "lnorm_cores": 130.0, "torch": 110.0,
+                               "torch1": 200.0}}}]
+  rows = {(r["base"], r["group"]): r for r in M.summarize(rounds)}
+  assert set(rows) == {("lnorm", "torch"), ("lnorm", "torch1"),
+                       ("lnorm_cores", "torch"), ("lnorm_cores", "torch1")}
+  assert rows["lnorm_cores", "torch"]["ratios"] == pytest.approx([1.5, 130 / 110])
+  assert rows["lnorm_cores", "torch1"]["base_ms"] == 140.0
+  lines = M.table(M.summarize(rounds), list(M.GROUPS)).splitlines()
+  assert lines[0].startswith("| shape | variant | lnorm group | its ms | torch ms |")
+  assert lines[3].startswith("| cpu | none | lnorm_cores | 140.0 | 105.0 | 190.0 |")
+
+
+def test_the_cores_worker_gets_one_cpu_device_a_core(monkeypatch):
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+  monkeypatch.setattr(M.os, "cpu_count", lambda: 3)
+  assert M.cores_env()["XLA_FLAGS"] == (
+      "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=3")
 
 
 def test_summary_skips_a_group_missing_from_a_round():
@@ -124,7 +146,7 @@ def test_rounds_alternate_the_groups_and_write_json(monkeypatch, tmp_path, capsy
   assert len(saved["rounds"]) == 2
   assert [(r["variant"], r["median"]) for r in saved["summary"]] == [
       ("pre-layer", 2.0), ("none", 2.0)]
-  assert "| cpu | none | 200.0 | 100.0 | 2.00 [2.00-2.00] |" in capsys.readouterr().out
+  assert "| cpu | none | lnorm | 200.0 | 100.0 | 2.00 [2.00-2.00] |" in capsys.readouterr().out
 
 
 def test_a_failed_worker_is_one_line_and_writes_nothing(monkeypatch, tmp_path, capsys):
@@ -145,7 +167,7 @@ def test_a_failed_worker_is_one_line_and_writes_nothing(monkeypatch, tmp_path, c
     (["--rounds", "0"], "--rounds: at least 1"),
     (["--shapes", "tall"], "--shapes: unknown 'tall'"),
     (["--variants", "peri-layer"], "--variants: unknown 'peri-layer'"),
-    (["--groups", "torch"], "--groups: lnorm and at least one torch group"),
+    (["--groups", "torch"], "--groups: an lnorm group (lnorm, lnorm_cores) and at least one torch group"),
     (["--json", "/nonexistent/dir/x.json"], "--json: no folder /nonexistent/dir"),
 ])
 def test_bad_arguments(argv, message, capsys):

@@ -298,3 +298,19 @@ def test_two_processes_equal_one_and_resume_after_a_kill(tmp_path):
 
 if __name__ == "__main__":
   _worker(json.loads(Path(sys.argv[1]).read_text()))
+
+
+def test_replicated_state_compiles_the_step_once():
+  """A fresh TrainState's step is a Python 0: replicated as a weakly typed
+  scalar, the step's strong int32 output would compile the step again."""
+  from experiments.runner import parallel  # pylint: disable=g-import-not-at-top
+  mesh = parallel.make_mesh(1)
+  state = parallel.replicate({"step": 0, "w_D": np.ones(3, np.float32)}, mesh)
+  assert isinstance(state["step"], jax.Array) and state["step"].dtype == jnp.int32
+  step = jax.jit(parallel.data_parallel(
+      lambda s, x_BxD: ({"step": s["step"] + 1, "w_D": s["w_D"] - x_BxD.mean(0)},
+                        {"loss": x_BxD.sum()}), mesh, 4), donate_argnums=0)
+  for _ in range(3):
+    state, _ = step(state, jnp.ones((4, 3)))
+  assert int(state["step"]) == 3
+  assert step._cache_size() == 1  # pylint: disable=protected-access

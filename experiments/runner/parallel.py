@@ -172,9 +172,17 @@ def _place(x: Any, sharding: NamedSharding) -> Any:
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
-  """Every array leaf of ``tree`` whole on every device of ``mesh``."""
+  """Every array leaf of ``tree`` whole on every device of ``mesh``. A Python
+  number (a fresh TrainState's ``step``) becomes an array too: left a weakly
+  typed scalar, the first step's output (a strong int32) would compile the
+  step a second time."""
   rep = NamedSharding(mesh, P())
-  return jax.tree.map(lambda x: _place(x, rep) if hasattr(x, "shape") else x, tree)
+
+  def place(x):
+    if isinstance(x, (int, float)):
+      x = jax.numpy.asarray(x)
+    return _place(x, rep) if hasattr(x, "shape") else x
+  return jax.tree.map(place, tree)
 
 
 def _batch_spec(x: Any, axis: int, batch_size: int, mesh: Mesh) -> P:

@@ -21,6 +21,11 @@ Groups, each timed in a process of its own (``--groups``):
 
 * ``lnorm``: experiments/transformer.py's ``train_step`` (Adam), jitted with
   the state donated, as experiments/runner/loop.py runs it;
+* ``lnorm_cores``: the same step with the batch split over one CPU device per
+  core (``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>``, the run
+  loop's data parallelism, experiments/runner/parallel.py), as a user runs
+  ``experiments.main`` with that flag: each core runs the whole step on its
+  part of the batch, where one device leaves XLA to split each op;
 * ``torch``: the same model in eager PyTorch at torch's default threads
   (one per core), ``torch.optim.Adam`` with its defaults; attention through
   ``F.scaled_dot_product_attention`` (``--torch_attention manual``: the
@@ -33,7 +38,7 @@ A process times every variant of one shape, interleaved
 last ``--sample_s``; each of ``--repeats`` repeats takes one sample of each
 variant in a fresh order) and reports the median. Each round runs every
 (shape, group) process, the groups' order reversed every other round. A
-round's ratio is lnorm's median over a torch group's, both from that round;
+round's ratio is an lnorm group's median over a torch group's, both from that round;
 the table gives, per shape and variant, each group's median ms over the
 rounds and the median (range) of the per-round ratios. The host drifts
 10-30% between processes: only the median over rounds is a verdict.
@@ -54,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 import statistics
 import subprocess
@@ -70,7 +76,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # (layers, d_model, heads, d_ff, T, batch)
 SHAPES = {"cpu": (12, 64, 4, 256, 64, 32), "wide": (6, 256, 4, 1024, 128, 16)}
 VARIANTS = ("post-layer", "pre-layer", "pre-rms", "none")
-GROUPS = ("lnorm", "torch", "torch1", "compile")
+GROUPS = ("lnorm", "lnorm_cores", "torch", "torch1", "compile")
+BASES = ("lnorm", "lnorm_cores")  # lnorm's groups; the others are torch's
 # Per round: {shape: {variant: {group: ms}}}
 Rounds = list[dict[str, dict[str, dict[str, float]]]]
 
@@ -113,15 +120,38 @@ def lnorm_state(c):
   return model, state, schedule, step
 
 
-def lnorm_runs(shape: str, variants: list[str]) -> dict:
+def lnorm_runs(shape: str, variants: list[str], split: bool = False) -> dict:
+  """One update a call for each variant; ``split``: the batch split over all
+  devices (one a core, from XLA_FLAGS), the state replicated, as
+  experiments/runner/loop.py runs with several devices."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from experiments import transformer as exp  # pylint: disable=g-import-not-at-top
+  from experiments.runner import parallel  # pylint: disable=g-import-not-at-top
   from scripts.bench import timing  # pylint: disable=g-import-not-at-top
   runs = {}
   for v in variants:
     c = configure(shape, v)
-    _, state, _, step = lnorm_state(c)
-    runs[v] = timing.step_runner(step, state, jnp.asarray(batch(c)))
+    model, state, schedule, step = lnorm_state(c)
+    x = jnp.asarray(batch(c))
+    if split:
+      mesh = parallel.make_mesh(0)
+      state = parallel.replicate(state, mesh)
+      x = jax.device_put(x, jax.sharding.NamedSharding(
+          mesh, jax.sharding.PartitionSpec(parallel.DATA)))
+      step = jax.jit(parallel.data_parallel(
+          functools.partial(exp.train_step, model, schedule), mesh, c.batch_size),
+          donate_argnums=0)
+    runs[v] = timing.step_runner(step, state, x)
   return runs
+
+
+def cores_env() -> dict[str, str]:
+  """The environment of an ``lnorm_cores`` worker: one CPU device a core."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  return {**os.environ, "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count="
+                                     f"{os.cpu_count()}".strip()}
 
 
 # -- PyTorch. -------------------------------------------------------------------
@@ -372,45 +402,43 @@ def run_check(shapes: list[str], variants: list[str], attention: str) -> dict:
 
 # -- Rounds. ------------------------------------------------------------------
 
-def summarize(rounds: Rounds, base: str = "lnorm") -> list[dict]:
-  """Per (shape, variant, torch group) timed in every round: each group's
-  median ms over the rounds, and the per-round ratios base / group, their
-  median and range."""
+def summarize(rounds: Rounds) -> list[dict]:
+  """Per (shape, variant, lnorm group, torch group) timed in every round:
+  each group's median ms over the rounds, and the per-round ratios lnorm
+  group / torch group, their median and range."""
   rows = []
   for shape in rounds[0] if rounds else []:
     for variant in rounds[0][shape]:
       per = [r.get(shape, {}).get(variant, {}) for r in rounds]
-      if not all(base in p for p in per):
-        continue
-      for g in (g for g in rounds[0][shape][variant] if g != base):
-        if not all(g in p for p in per):
-          continue
-        ratios = [p[base] / p[g] for p in per]
-        rows.append({"shape": shape, "variant": variant, "group": g,
-                     "base_ms": statistics.median(p[base] for p in per),
-                     "ms": statistics.median(p[g] for p in per),
-                     "ratios": ratios, "median": statistics.median(ratios),
-                     "at_or_under_1": sum(x <= 1.0 for x in ratios)})
+      timed = [g for g in rounds[0][shape][variant] if all(g in p for p in per)]
+      for base in (b for b in BASES if b in timed):
+        for g in (g for g in timed if g not in BASES):
+          ratios = [p[base] / p[g] for p in per]
+          rows.append({"shape": shape, "variant": variant, "base": base, "group": g,
+                       "base_ms": statistics.median(p[base] for p in per),
+                       "ms": statistics.median(p[g] for p in per),
+                       "ratios": ratios, "median": statistics.median(ratios),
+                       "at_or_under_1": sum(x <= 1.0 for x in ratios)})
   return rows
 
 
 def table(rows: list[dict], groups: list[str]) -> str:
-  """One line per (shape, variant): lnorm's ms, each torch group's, and the
-  ratios lnorm / group as median [range]."""
-  tg = [g for g in groups if g != "lnorm"]
-  head = ("| shape | variant | lnorm ms | " + " | ".join(f"{g} ms" for g in tg) + " | "
-          + " | ".join(f"lnorm / {g}" for g in tg) + " |")
-  lines = [head, "|---|---|" + "---:|" * (1 + 2 * len(tg))]
+  """One line per (shape, variant, lnorm group): its ms, each torch group's,
+  and the ratios lnorm group / torch group as median [range]."""
+  tg = [g for g in groups if g not in BASES]
+  head = ("| shape | variant | lnorm group | its ms | " + " | ".join(f"{g} ms" for g in tg)
+          + " | " + " | ".join(f"/ {g}" for g in tg) + " |")
+  lines = [head, "|---|---|---|" + "---:|" * (1 + 2 * len(tg))]
   by = {}
   for r in rows:
-    by.setdefault((r["shape"], r["variant"]), {})[r["group"]] = r
-  for (shape, variant), rs in by.items():
+    by.setdefault((r["shape"], r["variant"], r["base"]), {})[r["group"]] = r
+  for (shape, variant, base), rs in by.items():
     any_r = next(iter(rs.values()))
     ms = [f"{rs[g]['ms']:.1f}" if g in rs else "" for g in tg]
     rat = [f"{rs[g]['median']:.2f} [{min(rs[g]['ratios']):.2f}-{max(rs[g]['ratios']):.2f}]"
            if g in rs else "" for g in tg]
-    lines.append(f"| {shape} | {variant} | {any_r['base_ms']:.1f} | " + " | ".join(ms)
-                 + " | " + " | ".join(rat) + " |")
+    lines.append(f"| {shape} | {variant} | {base} | {any_r['base_ms']:.1f} | "
+                 + " | ".join(ms) + " | " + " | ".join(rat) + " |")
   return "\n".join(lines)
 
 
@@ -422,7 +450,8 @@ def run_worker(group: str, shape: str, variants: str, repeats: int, sample_s: fl
     cmd = [sys.executable, "-m", "scripts.bench.transformer_peer", "--worker", group,
            "--shapes", shape, "--variants", variants, "--repeats", str(repeats),
            "--sample_s", str(sample_s), "--torch_attention", attention, "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                          env=cores_env() if group == "lnorm_cores" else None)
     if proc.returncode != 0 or not out.exists():
       tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
       raise RuntimeError(f"{group} at {shape} failed: {tail}")
@@ -433,7 +462,8 @@ def worker(args) -> int:
   from scripts.bench import timing  # pylint: disable=g-import-not-at-top
   variants = args.variants.split(",")
   shape = args.shapes
-  runs = (lnorm_runs(shape, variants) if args.worker == "lnorm"
+  runs = (lnorm_runs(shape, variants, split=args.worker == "lnorm_cores")
+          if args.worker in BASES
           else torch_runs(shape, variants, args.worker, args.torch_attention))
   samples = timing.interleaved_samples(runs, args.repeats, args.sample_s)
   ms = {v: 1e3 * statistics.median(s) for v, s in samples.items()}
@@ -476,8 +506,8 @@ def main(argv=None) -> int:
     ap.error(f"--json: no folder {args.json.parent}")
   if args.worker is not None:
     return worker(args)
-  if "lnorm" not in groups or len(groups) < 2:
-    ap.error("--groups: lnorm and at least one torch group")
+  if not set(groups) & set(BASES) or not set(groups) - set(BASES):
+    ap.error("--groups: an lnorm group (lnorm, lnorm_cores) and at least one torch group")
   try:
     import torch  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
