@@ -63,9 +63,9 @@ INIT_BPC = 8.0
 QK_DEPTHS = (2,)  # qk_norm on is run at these depths only (cut to fit: see PLAN_NOTE)
 OVERHEAD_S = 30.0  # a run's start, compile and data load (a guess; the plan says so)
 EVAL_S = 5.0       # an evaluation's seconds (a guess)
-BENCH = ("awaits benchmark: no idle benchmark of every norm in these models is recorded "
-         "(`python -m scripts.bench.transformer --preset cpu --repeats 7` times the "
-         "Transformer's; the MLP, ConvNet and LSTM have none yet)")
+STEP_TIMES = "step_times.json"  # scripts/bench/norm_steps.py's, beside results.md
+BENCH_COMMAND = "python -m scripts.bench.norm_steps --preset {preset}"
+BENCH = f"awaits benchmark (`{BENCH_COMMAND}`, run idle, writes {STEP_TIMES} here)"
 
 
 # -- The tasks -----------------------------------------------------------------
@@ -207,6 +207,12 @@ class Variant:
       if self.position == "none" and not self.qk:
         o["scaled_residual_init"] = True  # GPT-2's init: as the transformer target's no norm
     return o
+
+
+def step_key(v: Variant) -> str:
+  """The variant's key in step_times.json: its name less the task and the
+  rate (the rate does not change the work)."""
+  return v.norm if not v.position else f"{v.position}_{v.norm}{'_qk' if v.qk else ''}"
 
 
 def spec(name: str) -> str:
@@ -492,7 +498,39 @@ def _seeds(records: dict, v: Variant, n: int) -> list[dict] | None:
   return rs if all(rs) else None
 
 
-def task_table(task: Task, vs: list[Variant], records: dict, n: int) -> str:
+def step_times(args) -> dict[str, dict]:
+  """{task: its entry} of scripts/bench/norm_steps.py's step_times.json in
+  the results folder (the committed one, also when redrawing elsewhere), for
+  this preset; {} where there is none."""
+  path = R.out_dir(argparse.Namespace(**{**vars(args), "write_dir": None})) / STEP_TIMES
+  try:
+    tasks = json.loads(path.read_text())["tasks"]
+    return {k: e for k, e in tasks.items() if e["preset"] == args.preset and e["variants"]}
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    return {}
+
+
+def _step_cell(entry: dict | None, v: Variant) -> str:
+  """The variant's median step time over layer norm's, from the benchmark."""
+  if not entry:
+    return "awaits benchmark"
+  got = entry["variants"].get(step_key(v)) or {}
+  return "not timed" if got.get("ratio") is None else f"{got['ratio']:.2f}"
+
+
+def bench_note(entry: dict | None, sweep: bool = False) -> str:
+  """The line under a table naming its step times' benchmark."""
+  if not entry:
+    return ""
+  part = (" (`--placements pre`: a norm other than LN timed at pre-LN only)"
+          if sweep and entry.get("placements") == "pre" else "")
+  return (f"\nStep time / LN's: medians of {entry['repeats']} interleaved samples, idle, in one "
+          f"process: `{entry['command']}` on {entry['host_cpu']} ({entry['cores']} cores), "
+          f"commit {entry['commit']}, jax {entry['jax']}, {entry['date']}{part}.\n")
+
+
+def task_table(task: Task, vs: list[Variant], records: dict, n: int,
+               times: dict | None = None) -> str:
   none = Variant(task.name, norms.NONE)
   base = _seeds(records, none, n)
   md = (f"| norm | learning rate | final {task.metric_label} | best {task.metric_label} | "
@@ -502,7 +540,8 @@ def task_table(task: Task, vs: list[Variant], records: dict, n: int) -> str:
     rs = _seeds(records, v, n)
     if rs is None:
       got = sum((v, i) in records for i in range(n))
-      md += f"| {v.label()} | to come ({got} of {n} seeds recorded) | | | | | |\n"
+      md += (f"| {v.label()} | to come ({got} of {n} seeds recorded) | | | | | "
+             f"{_step_cell(times, v)} |\n")
       continue
     lr = rs[0]["config"]["learning_rate"]
     lr_note = (" (LN's)" if task.rate is not None
@@ -512,8 +551,8 @@ def task_table(task: Task, vs: list[Variant], records: dict, n: int) -> str:
     md += (f"| {v.label()} | {lr:g}{lr_note} | "
            f"{_cell([final(x, task.metric) for x in rs], task.fmt)} | "
            f"{_cell([best(x, task.metric) for x in rs], task.fmt)} | {to} | "
-           f"{sum(x['diverged'] for x in rs)} of {n} | awaits benchmark |\n")
-  return md
+           f"{sum(x['diverged'] for x in rs)} of {n} | {_step_cell(times, v)} |\n")
+  return md + bench_note(times)
 
 
 def _mnist_searched(norm: str, batch: int) -> bool:
@@ -521,7 +560,8 @@ def _mnist_searched(norm: str, batch: int) -> bool:
   return (norm, batch) in pi_mnist.LEARNING_RATES
 
 
-def sweep_table(task: Task, vs: list[Variant], records: dict, n: int) -> str:
+def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
+                times: dict | None = None) -> str:
   """The Transformer: per variant, its final bpc at each rate, its best rate's,
   its LR sensitivity, and at REF_RATE the updates to none's final."""
   md = ("| variant | " + " | ".join(f"lr {lr:g}" for lr in RATES)
@@ -543,8 +583,8 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int) -> str:
     to = (R.per_seed(R.reached(updates_to(x, "valid_bpc", final(b, "valid_bpc")))
                      for x, b in zip(ref, base)) if ref and base else "to come")
     md += (f"| {sweep[0].label()} | " + " | ".join(cells)
-           + f" | {bst} | {sens} | {to} | {div} | awaits benchmark |\n")
-  return md
+           + f" | {bst} | {sens} | {to} | {div} | {_step_cell(times, sweep[0])} |\n")
+  return md + bench_note(times, sweep=True)
 
 
 # -- Figures ----------------------------------------------------------------------
@@ -825,6 +865,7 @@ def norms_study(args) -> None:
   out = R.out_dir(args)
   out.mkdir(parents=True, exist_ok=True)
   n = args.seeds
+  times = step_times(args)
   md = (R.header(args, list(records.values()), "Every norm on every task (issue 62)")
         .replace(f"Command: `{R.command(args)}`", f"Command: `{command(args)}`")
         if records else f"# Every norm on every task (issue 62)\n\n"
@@ -841,9 +882,16 @@ def norms_study(args) -> None:
   for t in tasks:
     vs = variants(t, chosen)
     md += f"## {t.title} (`{t.name}`)\n\n"
-    md += sweep_table(t, vs, records, n) if t.layers else task_table(t, vs, records, n)
+    md += (sweep_table if t.layers else task_table)(t, vs, records, n, times.get(t.name))
     md += "\n"
-  md += (f"Step time / LN's: {BENCH}. Diverged: seeds whose loss turned NaN or Inf (their "
+  missing = [t.name for t in tasks if t.name not in times]
+  bench = BENCH.format(preset=args.preset)
+  md += ("Step time / LN's: the median time an update over layer norm's in the same task (the "
+         "Transformer's: at the same placement and qk-norm; the unnormalized model's: over "
+         "pre-LN's), from an idle benchmark in one process, never the runs' own timings"
+         + (f": {bench}" if len(missing) == len(tasks) else
+            ", named under each table" + (f"; {', '.join(missing)}: {bench}" if missing else ""))
+         + ". Diverged: seeds whose loss turned NaN or Inf (their "
          "final counts as worse than any value). Updates to none's final: the first "
          "evaluation at or below the same seed's no-norm run's final value (the training NLL "
          "for the classifiers), each seed in turn.\n")
