@@ -223,6 +223,21 @@ def test_runner_rejects_bad_parallel_fields(tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+def test_cpu_devices_flag_splits_the_cpu(tmp_path):
+  """--cpu_devices N makes N CPU devices (the batch check below names them),
+  with no XLA_FLAGS; a negative count is one line."""
+  from tests.run_records import run_cli  # pylint: disable=g-import-not-at-top
+  env = {"XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+  for flag, code, words in (("--cpu_devices=3", 2, ("batch_size=128", "3 devices")),
+                            ("--cpu_devices=-1", 2, ("cpu_devices=-1",))):
+    p = run_cli("--config", "configs/pi_mnist.py:smoke", "--workdir", str(tmp_path / "w"),
+                flag, env=env)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == code and len(lines) == 1, p.stderr
+    assert all(w in lines[0] for w in words), p.stderr
+    assert not (tmp_path / "w").exists()
+
+
 # --- Two processes ------------------------------------------------------------
 
 PI_MNIST_FLAGS = [f"--config.{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
