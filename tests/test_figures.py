@@ -62,6 +62,19 @@ def test_one_metric(tmp_path, drawn):
   assert fig.legends and not ax.get_legend()  # below the panel, not over the curves
 
 
+def test_long_labels_keep_the_legend_inside_the_figure(tmp_path, drawn):
+  """Figure 4's three runs of 3 seeds ("LN(c)-LSTM (mean of 3 seeds)") on one
+  panel: the legend's row is not cut at the figure's edges."""
+  runs = {name: c for name, c in zip(("LSTM", "LN(c)-LSTM", "LN-LSTM"),
+                                     curves(n_runs=3, seeds=3).values())}
+  p = figures.plot(runs, tmp_path / "long.png", figures.Axis("m", "test bound (nats)"))
+  _, fig = _axes(drawn)
+  check(p, _axes(drawn)[0])
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  box = fig.legends[0].get_window_extent(FigureCanvasAgg(fig).get_renderer())
+  assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0, (box, fig.bbox)
+
+
 @pytest.mark.parametrize("n_metrics,groups", [(8, 1), (2, 1), (2, 2)])
 def test_panels(tmp_path, drawn, n_metrics, groups):
   names = [f"m{i}" for i in range(n_metrics)]

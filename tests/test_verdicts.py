@@ -158,6 +158,17 @@ def test_figure_4_claims_use_the_rule_seed_by_seed():
       ["3 vs 4 / 4 vs 4", "sooner in 1 of 2", "**cannot tell** (1 of 2 seeds; the ranges overlap)"]]
 
 
+def test_figure_4_names_the_seeds_that_stayed_at_the_mean_image_bound():
+  from lnorm import norms
+  from scripts.paper import fig4
+  mk = lambda bounds: [{"epoch": e + 1, "test_bound": b} for e, b in enumerate(bounds)]
+  ms = {norms.NONE: [mk([200, 110]), mk([206.1, 205.9])],
+        norms.LAYER_C: [mk([190, 104.5]), mk([199, 204.7])]}
+  # 205.9 is within a nat of 205.79; 204.7 (1.09 below) and 110 are not.
+  assert fig4.stuck_runs(ms, 205.79) == [f"{norms.label(norms.NONE, 'LSTM')} seed 1"]
+  assert fig4.stuck_runs(ms, 104.0) == [f"{norms.label(norms.LAYER_C, 'LSTM')} seed 0"]
+
+
 def test_convnet_claims_with_one_seed_say_there_is_no_spread():
   from lnorm import norms
   from scripts.paper import convnet

@@ -218,6 +218,14 @@ def grid(n: int, title: str | None = None, cols: int | None = None):
   return fig, flat[:n]
 
 
+def legend_columns(labels: tuple[str, ...], width_in: float) -> int:
+  """The most columns (at most 4) whose row of labels fits ``width_in``: a
+  label takes its characters at about 0.08 in each (the default 10 pt font)
+  and 0.7 in for its line sample and the gap after it."""
+  per = 0.7 + 0.08 * max(len(l) for l in labels)
+  return max(1, min(len(labels), 4, int(width_in / per)))
+
+
 def finish(fig, axes, path: str | Path) -> Path:
   """Lays out and saves: one legend below the panels where they share their
   labels (so that it covers no data), else a legend in each panel."""
@@ -225,7 +233,7 @@ def finish(fig, axes, path: str | Path) -> Path:
   shared = len(set(labels)) == 1 and labels[0]
   if shared:
     handles = axes[0].get_legend_handles_labels()[0]
-    ncol = min(len(handles), 4 if fig.get_figwidth() >= 9 else 3)  # a row where it fits
+    ncol = legend_columns(labels[0], fig.get_figwidth())
     fig.legend(handles, labels[0], loc="lower center", ncol=ncol, frameon=False)
     legend_in = 0.15 + 0.3 * -(-len(handles) // ncol)  # its rows of labels
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))

@@ -14,6 +14,9 @@ from scripts.paper.runs import TIME_NOTE, epochs_to, first, header, mean_sd, out
 # The paper's two runs (LN on the cell state only, eqs. 29-31), and the full
 # LN-LSTM (eqs. 20-22) beside them.
 DRAW_NAMES = {n: norms.label(n, "LSTM") for n in (norms.NONE, norms.LAYER_C, norms.LAYER)}
+# A run whose final test bound is this close to the mean image's (nats) has
+# learned nothing of its input (the bound stays there from the first epochs).
+STUCK_NATS = 1.0
 
 
 def fig4(args) -> None:
@@ -59,14 +62,25 @@ def fig4(args) -> None:
     md += f"| {i + 1} | " + " | ".join(
         mean_sd((x[i]["test_bound"] for x in m), ".2f") if all(i < len(x) for x in m) else ""
         for m in ms.values()) + " |\n"
+  floor = _mean_image_nll(c)
   md += (f"\nFor scale: drawing every test image from the training set's per-pixel means "
-         f"gives {_mean_image_nll(c):.2f} nats, the bound of a model that ignores its "
-         "input.\n")
+         f"gives {floor:.2f} nats, the bound of a model that ignores its input.")
+  stuck = stuck_runs(ms, floor)
+  md += (f" Runs that ended within {STUCK_NATS:g} nat of it (they learned nothing of their "
+         f"input): {', '.join(stuck)}. A claim below that compares seed s with such a seed "
+         "compares a model with one that did not train.\n" if stuck else "\n")
   md += claims(ms)
   md += "\nSamples from the prior (Bernoulli means), per run: `<run>/samples.png`; the "
   md += "canvas building up glimpse by glimpse: `<run>/canvas.png`.\n"
   (out_dir(args) / "results.md").write_text(md)
   print(md)
+
+
+def stuck_runs(ms: dict[str, list[list[dict]]], floor: float) -> list[str]:
+  """The seeds (``<label> seed <s>``) whose final test bound ended within
+  STUCK_NATS of ``floor``, the input-ignoring model's bound."""
+  return [f"{DRAW_NAMES[n]} seed {i}" for n, m in ms.items() for i, x in enumerate(m)
+          if abs(x[-1]["test_bound"] - floor) <= STUCK_NATS]
 
 
 def claims(ms: dict[str, list[list[dict]]]) -> str:
