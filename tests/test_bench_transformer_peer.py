@@ -133,7 +133,7 @@ def test_rounds_alternate_the_groups_and_write_json(monkeypatch, tmp_path, capsy
   calls = []
   ms = {"lnorm": 200.0, "torch": 100.0}
 
-  def fake(group, shape, variants, repeats, sample_s, attention):
+  def fake(group, shape, variants, repeats, sample_s, attention, lnorm_steps):
     calls.append((group, shape))
     return {v: ms[group] for v in variants.split(",")}
 

@@ -4,8 +4,8 @@ Usage::
 
     python -m scripts.bench.transformer_peer [--rounds 4] [--shapes cpu,wide]
         [--variants post-layer,pre-layer,pre-rms,none]
-        [--groups lnorm,torch,torch1,compile] [--repeats 5] [--sample_s 1]
-        [--torch_attention sdpa|manual] [--no-check] [--json PATH]
+        [--groups lnorm,lnorm_cores,torch,torch1,compile] [--repeats 5] [--sample_s 1]
+        [--torch_attention sdpa|manual] [--lnorm_steps 10] [--no-check] [--json PATH]
 
 One training step (forward, cross-entropy, backward, Adam) of the same
 decoder-only byte model (lnorm/transformer.py: vocabulary 256, learned
@@ -19,8 +19,13 @@ D, H heads, F MLP units, T bytes, batch B):
 
 Groups, each timed in a process of its own (``--groups``):
 
-* ``lnorm``: experiments/transformer.py's ``train_step`` (Adam), jitted with
-  the state donated, as experiments/runner/loop.py runs it;
+* ``lnorm``: experiments/transformer.py's ``train_step`` (Adam) as
+  experiments/runner/loop.py runs it: ``--lnorm_steps`` updates a jitted
+  call as one ``lax.scan`` (the loop scans the updates between two
+  evaluations), the state donated, under the runner's allocator setting
+  (``cli.keep_freed_memory``); a row's ms is a call's over its updates
+  (``--lnorm_steps 1``: a call an update, the glibc setting still the
+  runner's);
 * ``lnorm_cores``: the same step with the batch split over one CPU device per
   core (``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>``, the run
   loop's data parallelism, experiments/runner/parallel.py), as a user runs
@@ -120,10 +125,12 @@ def lnorm_state(c):
   return model, state, schedule, step
 
 
-def lnorm_runs(shape: str, variants: list[str], split: bool = False) -> dict:
-  """One update a call for each variant; ``split``: the batch split over all
-  devices (one a core, from XLA_FLAGS), the state replicated, as
-  experiments/runner/loop.py runs with several devices."""
+def lnorm_runs(shape: str, variants: list[str], split: bool = False, steps: int = 1) -> dict:
+  """``steps`` updates a call for each variant, as one ``lax.scan`` (the run
+  loop scans the updates between two evaluations), the state donated;
+  ``split``: the batch split over all devices (one a core, from XLA_FLAGS),
+  the state replicated, as experiments/runner/loop.py runs with several
+  devices."""
   import functools  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -133,16 +140,18 @@ def lnorm_runs(shape: str, variants: list[str], split: bool = False) -> dict:
   runs = {}
   for v in variants:
     c = configure(shape, v)
-    model, state, schedule, step = lnorm_state(c)
-    x = jnp.asarray(batch(c))
+    model, state, schedule, _ = lnorm_state(c)
+    one = functools.partial(exp.train_step, model, schedule)
+    # The same batch at every update of a call (the step's work does not
+    # depend on the bytes).
+    x = jnp.broadcast_to(jnp.asarray(batch(c)), (steps, c.batch_size, c.seq_len + 1))
     if split:
       mesh = parallel.make_mesh(0)
       state = parallel.replicate(state, mesh)
       x = jax.device_put(x, jax.sharding.NamedSharding(
-          mesh, jax.sharding.PartitionSpec(parallel.DATA)))
-      step = jax.jit(parallel.data_parallel(
-          functools.partial(exp.train_step, model, schedule), mesh, c.batch_size),
-          donate_argnums=0)
+          mesh, jax.sharding.PartitionSpec(None, parallel.DATA)))
+      one = parallel.data_parallel(one, mesh, c.batch_size)
+    step = jax.jit(lambda s, xs, one=one: jax.lax.scan(one, s, xs), donate_argnums=0)
     runs[v] = timing.step_runner(step, state, x)
   return runs
 
@@ -443,13 +452,14 @@ def table(rows: list[dict], groups: list[str]) -> str:
 
 
 def run_worker(group: str, shape: str, variants: str, repeats: int, sample_s: float,
-               attention: str) -> dict[str, float]:
+               attention: str, lnorm_steps: int = 1) -> dict[str, float]:
   """``group``'s median ms of each variant at ``shape``, in a fresh process."""
   with tempfile.TemporaryDirectory() as tmp:
     out = Path(tmp) / "ms.json"
     cmd = [sys.executable, "-m", "scripts.bench.transformer_peer", "--worker", group,
            "--shapes", shape, "--variants", variants, "--repeats", str(repeats),
-           "--sample_s", str(sample_s), "--torch_attention", attention, "--json", str(out)]
+           "--sample_s", str(sample_s), "--torch_attention", attention,
+           "--lnorm_steps", str(lnorm_steps), "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
                           env=cores_env() if group == "lnorm_cores" else None)
     if proc.returncode != 0 or not out.exists():
@@ -462,11 +472,16 @@ def worker(args) -> int:
   from scripts.bench import timing  # pylint: disable=g-import-not-at-top
   variants = args.variants.split(",")
   shape = args.shapes
-  runs = (lnorm_runs(shape, variants, split=args.worker == "lnorm_cores")
-          if args.worker in BASES
-          else torch_runs(shape, variants, args.worker, args.torch_attention))
+  per_call = 1
+  if args.worker in BASES:
+    from experiments.runner import cli  # pylint: disable=g-import-not-at-top
+    cli.keep_freed_memory()  # the runner's allocator setting (BENCHMARKS.md, "The allocator")
+    per_call = args.lnorm_steps
+    runs = lnorm_runs(shape, variants, split=args.worker == "lnorm_cores", steps=per_call)
+  else:
+    runs = torch_runs(shape, variants, args.worker, args.torch_attention)
   samples = timing.interleaved_samples(runs, args.repeats, args.sample_s)
-  ms = {v: 1e3 * statistics.median(s) for v, s in samples.items()}
+  ms = {v: 1e3 * statistics.median(s) / per_call for v, s in samples.items()}
   args.json.write_text(json.dumps(ms) + "\n")
   return 0
 
@@ -486,6 +501,10 @@ def main(argv=None) -> int:
   ap.add_argument("--repeats", type=int, default=5)
   ap.add_argument("--sample_s", type=float, default=1.0)
   ap.add_argument("--torch_attention", choices=("sdpa", "manual"), default="sdpa")
+  ap.add_argument("--lnorm_steps", type=int, default=10,
+                  help="lnorm's updates a jitted call, one lax.scan (the run loop scans "
+                       "the updates between evaluations: 100 at the cpu preset); 1: a call "
+                       "an update")
   ap.add_argument("--no-check", dest="check", action="store_false")
   ap.add_argument("--json", type=Path, default=None)
   ap.add_argument("--worker", choices=GROUPS, default=None, help=argparse.SUPPRESS)
@@ -495,8 +514,8 @@ def main(argv=None) -> int:
   groups = args.groups.split(",")
   if args.rounds < 1:
     ap.error("--rounds: at least 1")
-  if args.repeats < 1 or not args.sample_s > 0:
-    ap.error("--repeats: at least 1; --sample_s: more than 0")
+  if args.repeats < 1 or not args.sample_s > 0 or args.lnorm_steps < 1:
+    ap.error("--repeats, --lnorm_steps: at least 1; --sample_s: more than 0")
   for flag, got, known in (("--shapes", shapes, SHAPES), ("--variants", variants, VARIANTS),
                            ("--groups", groups, GROUPS)):
     for x in got:
@@ -536,7 +555,7 @@ def main(argv=None) -> int:
       for g in groups if i % 2 == 0 else groups[::-1]:
         try:
           ms = run_worker(g, shape, ",".join(variants), args.repeats, args.sample_s,
-                          args.torch_attention)
+                          args.torch_attention, args.lnorm_steps)
         except RuntimeError as e:
           print(f"transformer_peer: round {i + 1}: {e}", file=sys.stderr)
           return 1
