@@ -44,6 +44,7 @@ import argparse
 import dataclasses
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,9 @@ LOW_RATE = 0.25      # the smaller learning rate, times the preset's
 # against GROWTH), and are "flat" when the last is within a factor GROWTH of
 # the first either way.
 GROWTH = 2.0
+# Validation bpc above which a run's curve is named off the scale of its panel
+# (a byte holds 8 bits: a model that has learned anything is below).
+OFF_SCALE = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,12 +275,19 @@ def plot_curves(records: dict[Setting, dict], c, path: Path) -> None:
   groups = panels(records, c)
   fig, axes = figures.grid(len(groups), "Byte Transformer LM: validation bpc")
   for ax, (title, runs) in zip(axes, groups.items()):
-    figures.draw(ax, {k: v for k, v in runs.items() if v}, "valid_bpc", "step")
-    if ax.get_lines():  # the first evaluations (~8 bpc at init) would flatten the rest,
+    # A run that ends far above a byte's 8 bits (no norm at Xavier's init, 12
+    # layers) would flatten the rest: drawn, but named off the scale.
+    off = {k: statistics.mean(m[-1]["valid_bpc"] for m in v) for k, v in runs.items()
+           if v and statistics.mean(m[-1]["valid_bpc"] for m in v) > OFF_SCALE}
+    figures.draw(ax, {(f"{k}, {off[k]:,.0f} bpc: off scale" if k in off else k): v
+                      for k, v in runs.items() if v}, "valid_bpc", "step")
+    shown = [l for l in ax.get_lines() if "off scale" not in l.get_label()]
+    if shown:  # the first evaluations (~8 bpc at init) would flatten the rest,
       # but a run stuck high (post-LN without warm-up) must stay in view
-      ys = [np.asarray(l.get_ydata(), float) for l in ax.get_lines()]
+      ys = [np.asarray(l.get_ydata(), float) for l in shown]
       last = max(float(y[np.isfinite(y)][-1]) for y in ys if np.isfinite(y).any())
-      ax.set_ylim(top=max(min(4.0, max(float(np.nanmax(y)) for y in ys)), last + 0.15))
+      low = min(float(np.nanmin(y)) for y in ys if np.isfinite(y).any())
+      ax.set_ylim(low - 0.1, max(min(4.0, max(float(np.nanmax(y)) for y in ys)), last + 0.15))
     ax.set(title=title, xlabel=figures.X_LABELS["step"], ylabel="validation bpc (bits / byte)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
