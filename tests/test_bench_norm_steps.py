@@ -4,6 +4,8 @@ reading that JSON (a fake one) or awaiting it."""
 
 import json
 
+import pytest
+
 from scripts.bench import norm_steps as B
 from scripts.paper import norms as study
 
@@ -81,3 +83,14 @@ def test_the_bench_times_a_tiny_task_into_the_json_keeping_other_tasks(tmp_path,
   assert e["variants"]["layer"]["ratio"] == 1.0 and e["variants"]["none"]["median_ms"] > 0
   assert e["variants"]["none"]["baseline"] == "layer" and e["variants"]["none"]["samples"] == 1
   assert "wrote" in capsys.readouterr().out
+
+
+def test_a_damaged_step_times_json_is_one_line_not_awaits(tmp_path):
+  args = _args(tmp_path)
+  path = tmp_path / "res" / "norms_smoke" / study.STEP_TIMES
+  path.parent.mkdir(parents=True)
+  path.write_text('{"tasks": ')  # cut short
+  with pytest.raises(SystemExit) as e:
+    study.step_times(args)
+  assert str(e.value).startswith(f"error: {path} is not scripts/bench/norm_steps.py's JSON")
+  assert "\n" not in str(e.value) and path.read_text() == '{"tasks": '

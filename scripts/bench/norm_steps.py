@@ -50,7 +50,6 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,7 +61,7 @@ import jax  # noqa: E402  pylint: disable=wrong-import-position
 import jax.numpy as jnp  # noqa: E402  pylint: disable=wrong-import-position
 import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
 
-from experiments.runner import loop  # noqa: E402  pylint: disable=wrong-import-position
+from experiments.runner import loop, workdir  # noqa: E402  pylint: disable=wrong-import-position
 from lnorm import norms as lnorms  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.bench import timing  # noqa: E402  pylint: disable=wrong-import-position
 from scripts.paper import norms as study  # noqa: E402  pylint: disable=wrong-import-position
@@ -207,21 +206,10 @@ def bench_task(task: study.Task, preset: str, repeats: int, sample_s: float, ste
   return out
 
 
-def commit() -> str:
-  try:
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=R.REPO, text=True,
-                         capture_output=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                           cwd=R.REPO, text=True, capture_output=True, check=True).stdout
-    return sha + (" (uncommitted changes in the tree)" if dirty.strip() else "")
-  except (OSError, subprocess.CalledProcessError):
-    return "unknown"
-
-
 def environment(command: str) -> dict:
   import jaxlib  # pylint: disable=g-import-not-at-top
   return {"command": command, "host_cpu": timing.cpu_model(),
-          "cores": len(os.sched_getaffinity(0)), "commit": commit(),
+          "cores": len(os.sched_getaffinity(0)), "commit": workdir.git_commit(),
           "jax": jax.__version__, "jaxlib": jaxlib.__version__,
           "python": platform.python_version(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}

@@ -503,11 +503,15 @@ def step_times(args) -> dict[str, dict]:
   the results folder (the committed one, also when redrawing elsewhere), for
   this preset; {} where there is none."""
   path = R.out_dir(argparse.Namespace(**{**vars(args), "write_dir": None})) / STEP_TIMES
+  if not path.exists():
+    return {}
   try:
     tasks = json.loads(path.read_text())["tasks"]
     return {k: e for k, e in tasks.items() if e["preset"] == args.preset and e["variants"]}
-  except (OSError, ValueError, KeyError, TypeError, AttributeError):
-    return {}
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    # A damaged benchmark file is not "no benchmark": say so, write nothing.
+    sys.exit(f"error: {path} is not scripts/bench/norm_steps.py's JSON ({type(e).__name__}: "
+             f"{e}); rerun `{BENCH_COMMAND.format(preset=args.preset)}` or remove it")
 
 
 def _step_cell(entry: dict | None, v: Variant) -> str:

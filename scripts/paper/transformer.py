@@ -277,8 +277,8 @@ def plot_curves(records: dict[Setting, dict], c, path: Path) -> None:
   for ax, (title, runs) in zip(axes, groups.items()):
     # A run that ends far above a byte's 8 bits (no norm at Xavier's init, 12
     # layers) would flatten the rest: drawn, but named off the scale.
-    off = {k: statistics.mean(m[-1]["valid_bpc"] for m in v) for k, v in runs.items()
-           if v and statistics.mean(m[-1]["valid_bpc"] for m in v) > OFF_SCALE}
+    final = {k: statistics.mean(m[-1]["valid_bpc"] for m in v) for k, v in runs.items() if v}
+    off = {k: f for k, f in final.items() if f > OFF_SCALE}
     figures.draw(ax, {(f"{k}, {off[k]:,.0f} bpc: off scale" if k in off else k): v
                       for k, v in runs.items() if v}, "valid_bpc", "step")
     shown = [l for l in ax.get_lines() if "off scale" not in l.get_label()]
