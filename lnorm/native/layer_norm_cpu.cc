@@ -27,7 +27,9 @@
 // Both norms run the same row loops (Forward, Backward), templated on how a
 // row's x_hat comes from x (LayerNormRow, RmsNormRow).
 //
-// Loops run over one row at a time, 8 floats per step (vec.h). A row is
+// Loops run over blocks of up to kBlockRows short rows (one row where rows
+// are long), 8 floats per step (vec.h): each pass takes every row of the
+// block before the next pass, so the rows' statistics overlap. A block is
 // read from memory once; the other passes over it hit the cache. Row sums
 // run in float lanes that move into double lanes every kLaneTerms terms, so
 // their accuracy does not depend on the row length; the order is fixed: the
@@ -124,7 +126,8 @@ struct RowStats {
 };
 
 // 32 float lanes (four independent chains) per sum, 32 elements a step.
-RowStats Stats(const float* x, int64_t n, float eps) {
+// Inlined, so that a block's rows (kBlockRows) interleave.
+__attribute__((always_inline)) inline RowStats Stats(const float* x, int64_t n, float eps) {
   constexpr int64_t kBlock = 32 * kLaneTerms;
   float shift = x[0];
   double md = 0, var = 0;
@@ -161,7 +164,9 @@ RowStats Stats(const float* x, int64_t n, float eps) {
       sd2 += static_cast<double>(d) * d;
     }
     md = sd / n;
-    var = std::fmax(sd2 / n - md * md, 0.0);
+    // Not std::fmax: without -ffast-math it is a call into libm.
+    var = sd2 / n - md * md;
+    if (!(var > 0)) var = 0;
     if (md * md <= kMaxShiftRatio * var) break;
     const float next = static_cast<float>(shift + md);
     if (next == shift) break;
@@ -172,7 +177,7 @@ RowStats Stats(const float* x, int64_t n, float eps) {
 }
 
 // 1 / sqrt(mean(x^2) + eps), with the sums of Stats.
-float RmsScale(const float* x, int64_t n, float eps) {
+__attribute__((always_inline)) inline float RmsScale(const float* x, int64_t n, float eps) {
   constexpr int64_t kBlock = 32 * kLaneTerms;
   d4 q_lo{}, q_hi{};
   int64_t i = 0;
@@ -204,6 +209,7 @@ float RmsScale(const float* x, int64_t n, float eps) {
 struct LayerNormRow {
   static constexpr bool kCentred = true;
   RowStats st;
+  LayerNormRow() = default;
   LayerNormRow(const float* x, int64_t n, float eps) : st(Stats(x, n, eps)) {}
   float scale() const { return st.rstd; }
   f8 XHat(f8 x) const { return ((x - st.shift) - st.mean_d) * st.rstd; }
@@ -213,6 +219,7 @@ struct LayerNormRow {
 struct RmsNormRow {
   static constexpr bool kCentred = false;
   float rrms;
+  RmsNormRow() = default;
   RmsNormRow(const float* x, int64_t n, float eps) : rrms(RmsScale(x, n, eps)) {}
   float scale() const { return rrms; }
   f8 XHat(f8 x) const { return x * rrms; }
@@ -225,6 +232,20 @@ ffi::Error CheckShapes(const ffi::Buffer<ffi::F32>& x, int64_t n) {
         "lnorm norm kernel: x is not a stack of rows of gain.size()");
   }
   return ffi::Error::Success();
+}
+
+// A row's statistics end in a chain of dependent steps (the lanes' sums, a
+// division, a square root) that one row alone leaves the core waiting on:
+// rows go in blocks, each step taken for every row of the block before the
+// next step, so the chains of different rows overlap. Every row's floats are
+// those of one row at a time.
+// Blocks stay small enough for the backward's copy of g (block x n floats)
+// to sit in the L1 cache; rows of 4096 or more go one at a time.
+constexpr int64_t kBlockRows = 8;
+constexpr int64_t kBlockElements = 1024;
+
+int64_t BlockRows(int64_t n) {
+  return std::max<int64_t>(1, std::min(kBlockRows, kBlockElements / n));
 }
 
 template <typename Row>
@@ -241,15 +262,22 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   const int64_t chunks = NumChunks(rows, n);
   const int64_t per = (rows + chunks - 1) / chunks;
   ForEachChunk(pool, chunks, [&](int64_t c) {
-    for (int64_t r = c * per; r < std::min(rows, (c + 1) * per); ++r) {
-      const float* xr = xp + r * n;
-      float* yr = yp + r * n;
-      const Row row(xr, n, eps);
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        Store(yr + i, row.XHat(Load(xr + i)) * Load(g + i) + Load(b + i));
+    const int64_t r0 = c * per, r1 = std::min(rows, (c + 1) * per);
+    const int64_t block_rows = BlockRows(n);
+    Row block[kBlockRows];
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+      const int64_t m = std::min(block_rows, r1 - rb);
+      for (int64_t j = 0; j < m; ++j) block[j] = Row(xp + (rb + j) * n, n, eps);
+      for (int64_t j = 0; j < m; ++j) {
+        const Row& row = block[j];
+        const float* xr = xp + (rb + j) * n;
+        float* yr = yp + (rb + j) * n;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+          Store(yr + i, row.XHat(Load(xr + i)) * Load(g + i) + Load(b + i));
+        }
+        for (; i < n; ++i) yr[i] = row.XHat(xr[i]) * g[i] + b[i];
       }
-      for (; i < n; ++i) yr[i] = row.XHat(xr[i]) * g[i] + b[i];
     }
   });
   return ffi::Error::Success();
@@ -279,64 +307,80 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
   ForEachChunk(pool, chunks, [&](int64_t c) {
     double* acc_g = acc.data() + c * 2 * n;
     double* acc_b = acc_g + n;
-    // x_hat and g of the current row; float column sums of recent rows.
-    std::vector<float> buf(4 * n, 0.0f);
-    float* xh = buf.data();
-    float* gd = xh + n;
-    float* col_g = gd + n;
+    // Float column sums of recent rows; g = dy * gain of the block's rows,
+    // kept so that dx uses the very floats a was formed from (formed again,
+    // the compiler could fuse dy * gain - a into one rounding).
+    const int64_t block_rows = BlockRows(n);
+    std::vector<float> buf((2 + block_rows) * n, 0.0f);
+    float* col_g = buf.data();
     float* col_b = col_g + n;
+    float* gd = col_b + n;
     const int64_t r0 = c * per, r1 = std::min(rows, (c + 1) * per);
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = xp + r * n;
-      const float* dyr = dyp + r * n;
-      float* dxr = dxp + r * n;
-      const Row row(xr, n, eps);
-      // a (layer norm only) and b: 8 float lanes each, moved into double every
-      // kLaneTerms steps.
-      d4 sa_lo{}, sa_hi{}, sb_lo{}, sb_hi{};
-      int64_t i = 0;
-      while (i + 8 <= n) {
-        const int64_t stop = std::min(n, i + 8 * kLaneTerms);
-        f8 sa{}, sb{};
-        for (; i + 8 <= stop; i += 8) {
-          const f8 dyv = Load(dyr + i);
-          const f8 h = row.XHat(Load(xr + i));
-          const f8 gv = dyv * Load(g + i);
-          Store(xh + i, h);
-          Store(gd + i, gv);
-          if constexpr (Row::kCentred) sa += gv;
-          sb += gv * h;
-          Store(col_g + i, Load(col_g + i) + dyv * h);
-          Store(col_b + i, Load(col_b + i) + dyv);
+    Row block[kBlockRows];
+    float a[kBlockRows], bb[kBlockRows];
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+      const int64_t m = std::min(block_rows, r1 - rb);
+      for (int64_t j = 0; j < m; ++j) block[j] = Row(xp + (rb + j) * n, n, eps);
+      // a = mean(g) (layer norm only) and b = mean(g * x_hat): 8 float lanes
+      // each, moved into double every kLaneTerms steps.
+      for (int64_t j = 0; j < m; ++j) {
+        const Row& row = block[j];
+        const int64_t r = rb + j;
+        const float* xr = xp + r * n;
+        const float* dyr = dyp + r * n;
+        float* gdr = gd + j * n;
+        d4 sa_lo{}, sa_hi{}, sb_lo{}, sb_hi{};
+        int64_t i = 0;
+        while (i + 8 <= n) {
+          const int64_t stop = std::min(n, i + 8 * kLaneTerms);
+          f8 sa{}, sb{};
+          for (; i + 8 <= stop; i += 8) {
+            const f8 dyv = Load(dyr + i);
+            const f8 h = row.XHat(Load(xr + i));
+            const f8 gv = dyv * Load(g + i);
+            Store(gdr + i, gv);
+            if constexpr (Row::kCentred) sa += gv;
+            sb += gv * h;
+            Store(col_g + i, Load(col_g + i) + dyv * h);
+            Store(col_b + i, Load(col_b + i) + dyv);
+          }
+          if constexpr (Row::kCentred) AddWide(sa, sa_lo, sa_hi);
+          AddWide(sb, sb_lo, sb_hi);
         }
-        if constexpr (Row::kCentred) AddWide(sa, sa_lo, sa_hi);
-        AddWide(sb, sb_lo, sb_hi);
-      }
-      double sa_d = SumWide(sa_lo, sa_hi), sb_d = SumWide(sb_lo, sb_hi);
-      for (; i < n; ++i) {
-        const float h = row.XHat(xr[i]);
-        const float gv = dyr[i] * g[i];
-        xh[i] = h;
-        gd[i] = gv;
-        if constexpr (Row::kCentred) sa_d += gv;
-        sb_d += static_cast<double>(gv) * h;
-        col_g[i] += dyr[i] * h;
-        col_b[i] += dyr[i];
-      }
-      // Without centring a = 0, and (g - 0) - x_hat * b is g - x_hat * b.
-      const float a = Row::kCentred ? static_cast<float>(sa_d / n) : 0.0f;
-      const float bb = static_cast<float>(sb_d / n);
-      const float rs = row.scale();
-      for (i = 0; i + 8 <= n; i += 8) {
-        Store(dxr + i, rs * ((Load(gd + i) - a) - Load(xh + i) * bb));
-      }
-      for (; i < n; ++i) dxr[i] = rs * ((gd[i] - a) - xh[i] * bb);
-      if ((r - r0) % kFlushRows == kFlushRows - 1 || r == r1 - 1) {
-        for (int64_t j = 0; j < n; ++j) {
-          acc_g[j] += col_g[j];
-          acc_b[j] += col_b[j];
-          col_g[j] = col_b[j] = 0;
+        double sa_d = SumWide(sa_lo, sa_hi), sb_d = SumWide(sb_lo, sb_hi);
+        for (; i < n; ++i) {
+          const float h = row.XHat(xr[i]);
+          const float gv = dyr[i] * g[i];
+          gdr[i] = gv;
+          if constexpr (Row::kCentred) sa_d += gv;
+          sb_d += static_cast<double>(gv) * h;
+          col_g[i] += dyr[i] * h;
+          col_b[i] += dyr[i];
         }
+        // Without centring a = 0, and (g - 0) - x_hat * b is g - x_hat * b.
+        a[j] = Row::kCentred ? static_cast<float>(sa_d / n) : 0.0f;
+        bb[j] = static_cast<float>(sb_d / n);
+        if ((r - r0) % kFlushRows == kFlushRows - 1 || r == r1 - 1) {
+          for (int64_t k = 0; k < n; ++k) {
+            acc_g[k] += col_g[k];
+            acc_b[k] += col_b[k];
+            col_g[k] = col_b[k] = 0;
+          }
+        }
+      }
+      // dx = r * (g - a - x_hat * b), x_hat formed again as above.
+      for (int64_t j = 0; j < m; ++j) {
+        const Row& row = block[j];
+        const float* xr = xp + (rb + j) * n;
+        const float* gdr = gd + j * n;
+        float* dxr = dxp + (rb + j) * n;
+        const float aj = a[j], bj = bb[j], rs = row.scale();
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+          Store(dxr + i,
+                rs * ((Load(gdr + i) - aj) - row.XHat(Load(xr + i)) * bj));
+        }
+        for (; i < n; ++i) dxr[i] = rs * ((gdr[i] - aj) - row.XHat(xr[i]) * bj);
       }
     }
   });
