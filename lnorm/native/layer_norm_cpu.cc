@@ -240,7 +240,7 @@ ffi::Error CheckShapes(const ffi::Buffer<ffi::F32>& x, int64_t n) {
 // next step, so the chains of different rows overlap. Every row's floats are
 // those of one row at a time.
 // Blocks stay small enough for the backward's copy of g (block x n floats)
-// to sit in the L1 cache; rows of 4096 or more go one at a time.
+// to sit in the L1 cache; rows of more than 512 elements go one at a time.
 constexpr int64_t kBlockRows = 8;
 constexpr int64_t kBlockElements = 1024;
 
