@@ -80,9 +80,10 @@ def test_float64_gain_beside_float32_input_takes_the_xla_version():
 
 
 # Shapes: one row chunk; rows of a length that is not a multiple of the
-# kernels' 8- and 16-wide steps; several chunks (the thread pool); and more
-# than kFlushRows rows per chunk.
-SHAPES = [(8, 400), (5, 37), (3, 1), (300, 1000), (2000, 72)]
+# kernels' 8- and 16-wide steps; several chunks (the thread pool); more
+# than kFlushRows rows per chunk; and two chunks of blocks of 6 rows
+# (kBlockElements // 150) that end short, with a flush inside a block.
+SHAPES = [(8, 400), (5, 37), (3, 1), (300, 1000), (2000, 72), (2000, 150)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -104,7 +104,7 @@ def test_native_kernels_serve_float32_trailing_axes_on_cpu():
 # One row chunk; rows of lengths that are not multiples of the kernels' 8-,
 # 32- and 512-element steps; one feature; several chunks (the thread pool);
 # more than kFlushRows rows per chunk.
-SHAPES = [(8, 400), (5, 37), (3, 1), (4, 1000 + 13), (300, 1000), (2000, 72)]
+SHAPES = [(8, 400), (5, 37), (3, 1), (4, 1000 + 13), (300, 1000), (2000, 72), (2000, 150)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
