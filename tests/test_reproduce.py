@@ -1131,3 +1131,36 @@ def test_committed_results_name_no_machine_path():
   found = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in (REPO / "results").rglob("*.md")
            for m in re.finditer(r"(?<![\w.])/(?:work|home|tmp|root|Users)/\S*", p.read_text())]
   assert not found, found
+
+
+def _table_widths(md: str) -> list[tuple[int, int, list[int]]]:
+  """(line, header cells, [cells of the delimiter row and every body row]) of
+  each markdown table in md; cells split on unescaped pipes."""
+  import re  # pylint: disable=import-outside-toplevel
+  width = lambda line: len(re.split(r"(?<!\\)\|", line.strip())) - 2
+  lines, out, i = md.splitlines(), [], 0
+  while i + 1 < len(lines):
+    if lines[i].startswith("|") and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+\s*", lines[i + 1]):
+      j = i + 1
+      while j < len(lines) and lines[j].startswith("|"):
+        j += 1
+      out.append((i + 1, width(lines[i]), [width(l) for l in lines[i + 1:j]]))
+      i = j
+    else:
+      i += 1
+  return out
+
+
+def test_table_widths_catch_a_delimiter_row_one_cell_too_wide():
+  assert _table_widths("| a | b |\n|---|---|\n| 1 | 2 |\n") == [(1, 2, [2, 2])]
+  assert _table_widths("x\n| a | b |\n|---|---|---|\n| 1 \\| 2 | 3 |\n") == [(2, 2, [3, 2])]
+
+
+def test_committed_tables_have_as_many_cells_in_every_row_as_in_the_header():
+  """A delimiter row of another width is not a table on GitHub: it renders as
+  text (the norms study's sweep tables did, one cell too wide)."""
+  docs = [*(REPO / "results").rglob("*.md"), REPO / "README.md", REPO / "BENCHMARKS.md"]
+  bad = [f"{p.relative_to(REPO)}:{line} header {h}, rows {ws}"
+         for p in docs for line, h, ws in _table_widths(p.read_text())
+         if any(w != h for w in ws)]
+  assert not bad, bad

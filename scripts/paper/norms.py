@@ -570,7 +570,7 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
   its LR sensitivity, and at REF_RATE the updates to none's final."""
   md = ("| variant | " + " | ".join(f"lr {lr:g}" for lr in RATES)
         + " | best over rates | LR sensitivity | updates to none's final (lr "
-        f"{REF_RATE:g}) | diverged | step time / LN's |\n|---|" + "---|" * (len(RATES) + 6) + "\n")
+        f"{REF_RATE:g}) | diverged | step time / LN's |\n|---|" + "---|" * (len(RATES) + 5) + "\n")
   base = _seeds(records, Variant(task.name, norms.NONE, "none", False, REF_RATE), n)
   for key in dict.fromkeys((v.norm, v.position, v.qk) for v in vs):
     sweep = [Variant(task.name, key[0], key[1], key[2], lr) for lr in RATES]
