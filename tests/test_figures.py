@@ -75,6 +75,21 @@ def test_long_labels_keep_the_legend_inside_the_figure(tmp_path, drawn):
   assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0, (box, fig.bbox)
 
 
+def test_one_legend_below_takes_every_panels_labels_once(tmp_path, drawn):
+  """Panels of different runs (a norm missing from one, a baseline in
+  another): with one_legend, one legend below holds each label once, in the
+  order first drawn, and no panel carries its own."""
+  fig, axes = figures.grid(3, "panels of different runs")
+  for ax, labels in zip(axes, (["LN", "RMS"], ["RMS", "none"], ["LN"])):
+    for l in labels:
+      ax.plot([1, 2], [1, 2], label=l)
+    ax.set(title="t", xlabel="x", ylabel="y")
+  figures.finish(fig, axes, tmp_path / "union.png", one_legend=True)
+  _, fig = _axes(drawn)
+  assert [t.get_text() for t in fig.legends[0].get_texts()] == ["LN", "RMS", "none"]
+  assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in axes)
+
+
 @pytest.mark.parametrize("n_metrics,groups", [(8, 1), (2, 1), (2, 2)])
 def test_panels(tmp_path, drawn, n_metrics, groups):
   names = [f"m{i}" for i in range(n_metrics)]

@@ -226,15 +226,21 @@ def legend_columns(labels: tuple[str, ...], width_in: float) -> int:
   return max(1, min(len(labels), 4, int(width_in / per)))
 
 
-def finish(fig, axes, path: str | Path) -> Path:
+def finish(fig, axes, path: str | Path, one_legend: bool = False) -> Path:
   """Lays out and saves: one legend below the panels where they share their
-  labels (so that it covers no data), else a legend in each panel."""
+  labels (so that it covers no data), else a legend in each panel.
+  ``one_legend``: one legend below of every panel's labels, for callers that
+  give a label the same style in every panel where it appears."""
   labels = [tuple(ax.get_legend_handles_labels()[1]) for ax in axes]
   shared = len(set(labels)) == 1 and labels[0]
-  if shared:
-    handles = axes[0].get_legend_handles_labels()[0]
-    ncol = legend_columns(labels[0], fig.get_figwidth())
-    fig.legend(handles, labels[0], loc="lower center", ncol=ncol, frameon=False)
+  if shared or (one_legend and any(labels)):
+    by_label = {}
+    for ax in axes:
+      for h, l in zip(*ax.get_legend_handles_labels()):
+        by_label.setdefault(l, h)
+    handles, names = list(by_label.values()), tuple(by_label)
+    ncol = legend_columns(names, fig.get_figwidth())
+    fig.legend(handles, names, loc="lower center", ncol=ncol, frameon=False)
     legend_in = 0.15 + 0.3 * -(-len(handles) // ncol)  # its rows of labels
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
   else:

@@ -572,6 +572,7 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
         + " | best over rates | LR sensitivity | updates to none's final (lr "
         f"{REF_RATE:g}) | diverged | step time / LN's |\n|---|" + "---|" * (len(RATES) + 5) + "\n")
   base = _seeds(records, Variant(task.name, norms.NONE, "none", False, REF_RATE), n)
+  edge = {RATES[0]: [], RATES[-1]: []}  # variants best at the sweep's edge in every seed
   for key in dict.fromkeys((v.norm, v.position, v.qk) for v in vs):
     sweep = [Variant(task.name, key[0], key[1], key[2], lr) for lr in RATES]
     got = [_seeds(records, v, n) for v in sweep]
@@ -581,6 +582,9 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
       bst = _cell([min(fin[:, s]) for s in range(n)], ".3f")
       sens = _cell([lr_sensitivity(fin[:, s]) for s in range(n)], ".3f")
       div = f"{int(np.isinf(fin).sum())} of {fin.size}"
+      at = {RATES[int(np.argmin(fin[:, s]))] for s in range(n)}
+      if len(at) == 1 and next(iter(at)) in edge and not np.isinf(fin).all():
+        edge[next(iter(at))].append(sweep[0].label())
     else:
       bst = sens = div = "to come"
     ref = got[RATES.index(REF_RATE)]
@@ -588,7 +592,14 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
                      for x, b in zip(ref, base)) if ref and base else "to come")
     md += (f"| {sweep[0].label()} | " + " | ".join(cells)
            + f" | {bst} | {sens} | {to} | {div} | {_step_cell(times, sweep[0])} |\n")
-  return md + bench_note(times, sweep=True)
+  md += bench_note(times, sweep=True)
+  for lr, names in edge.items():
+    if names:
+      side = "largest" if lr == RATES[-1] else "smallest"
+      md += (f"\nBest at the sweep's {side} rate ({lr:g}) in every seed: {'; '.join(names)}. "
+             f"Their best over the rates and LR sensitivity hold for these {len(RATES)} rates "
+             f"only: a rate past {lr:g} might do better and would change both.\n")
+  return md
 
 
 # -- Figures ----------------------------------------------------------------------
@@ -652,17 +663,27 @@ def heatmap(tasks: list[Task], records: dict, n: int, chosen, path: Path) -> Non
 def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
   """Final validation bpc against the learning rate, a panel per depth and
   placement (and pre with qk-norm), a line per norm: the mean over seeds of
-  min(bpc, l_0) with a band over the seeds; a cross where a seed diverged."""
+  min(bpc, l_0) with a band over the seeds; a cross where a seed diverged.
+  No norm, the baseline, is drawn in every panel of its depth; a norm keeps
+  its style in every panel, so one legend below serves them all."""
+  def points(t, v_of):
+    got = [_seeds(records, v_of(lr), n) for lr in RATES]
+    return [(lr, [final(x, "valid_bpc") for x in rs]) for lr, rs in zip(RATES, got) if rs]
+
   panels = []
   for t in (t for t in tasks if t.layers):
     vs = variants(t)
-    for key in dict.fromkeys((v.position, v.qk) for v in vs):
+    order = list(dict.fromkeys(v.norm for v in vs if v.position != "none"))
+    base = points(t, lambda lr: Variant(t.name, norms.NONE, "none", False, lr))
+    for key in dict.fromkeys((v.position, v.qk) for v in vs if v.position != "none"):
       lines = {}
       for nm in dict.fromkeys(v.norm for v in vs if (v.position, v.qk) == key):
-        got = [_seeds(records, Variant(t.name, nm, key[0], key[1], lr), n) for lr in RATES]
-        pts = [(lr, [final(x, "valid_bpc") for x in rs]) for lr, rs in zip(RATES, got) if rs]
+        pts = points(t, lambda lr: Variant(t.name, nm, key[0], key[1], lr))
         if pts:
-          lines[norms.label(nm) if key[0] != "none" else "no norm"] = pts
+          lines[norms.label(nm)] = (pts, figures.style(order.index(nm), len(order)))
+      if lines and base:
+        lines["no norm (baseline)"] = (base, dict(color="black", linestyle="--",
+                                                  marker="None"))
       if lines:
         panels.append((f"{t.layers} layers, {key[0]}" + (", qk-norm" if key[1] else ""), lines))
   if not panels:
@@ -670,12 +691,11 @@ def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
   fig, axes = figures.grid(len(panels), "Byte Transformer: final validation bpc against the "
                            "learning rate (no warm-up)", cols=3)
   for ax, (title, lines) in zip(axes, panels):
-    for i, (label, pts) in enumerate(lines.items()):
+    for label, (pts, st) in lines.items():
       x = np.array([lr for lr, _ in pts])
       y = np.array([[min(v, INIT_BPC) if math.isfinite(v) else INIT_BPC for v in s]
                     for _, s in pts])
-      st = {**figures.style(i, len(lines)), "markevery": None}
-      line, = ax.plot(x, y.mean(1), label=label, **st)
+      line, = ax.plot(x, y.mean(1), label=label, **{**st, "markevery": None})
       if y.shape[1] > 1:
         ax.fill_between(x, y.min(1), y.max(1), color=line.get_color(), alpha=0.15, linewidth=0)
       dx = [lr for lr, s in pts if any(not math.isfinite(v) for v in s)]
@@ -687,7 +707,7 @@ def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
     ax.set_xticks(RATES, [f"{r:g}" for r in RATES])  # the sweep's rates, no crowded minors
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.grid(alpha=0.3)
-  figures.finish(fig, axes, path)
+  figures.finish(fig, axes, path, one_legend=True)
   return True
 
 
