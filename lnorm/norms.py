@@ -287,7 +287,7 @@ def _per_group(x: Array, axes: tuple[int, ...]) -> tuple[Array, tuple[int, ...]]
   return x.reshape((-1,) + x.shape[axes[0]:]), x.shape
 
 
-def _auto_groups(c: int, groups: int) -> int:
+def auto_groups(c: int, groups: int) -> int:
   """``groups``, or for 0 the largest divisor of c of at most 32 (Wu & He's G)."""
   return groups or max(g for g in range(1, min(c, 32) + 1) if c % g == 0)
 
@@ -295,7 +295,7 @@ def _auto_groups(c: int, groups: int) -> int:
 def _group(x, p, *, axes, eps, groups):
   xg, shape = _per_group(x, axes)
   y = N.group_norm(xg, p.get("gain"), p.get("bias"),
-                   groups=_auto_groups(x.shape[-1], groups), eps=eps)
+                   groups=auto_groups(x.shape[-1], groups), eps=eps)
   return y.reshape(shape)
 
 

@@ -182,6 +182,36 @@ class FakeNormsRun(FakeMainRun):
       self.returncode = 3
 
 
+def test_group_norm_note_states_what_its_automatic_groups_leave_of_the_input():
+  """The Transformer's note on group norm: groups of 2 of 64 features and of
+  1 of a head's 16; and what it says of such groups holds for the registry's
+  group norm (a group of one: the bias alone; of two: about -1 and +1)."""
+  import numpy as np
+  from scripts.paper import norms as study
+  gn = norms.get("group")
+  rng = np.random.default_rng(0)
+  bias = rng.normal(size=16).astype(np.float32)
+  p = {"gain": np.ones(16, np.float32), "bias": bias}
+  y1 = gn.fn(rng.normal(size=(3, 16)).astype(np.float32), p, axes=(1,), eps=1e-6, groups=0)
+  np.testing.assert_array_equal(np.asarray(y1), np.broadcast_to(bias, (3, 16)))
+  x64 = rng.normal(size=(3, 64)).astype(np.float32)
+  y2 = gn.fn(x64, {"gain": np.ones(64, np.float32), "bias": np.zeros(64, np.float32)},
+             axes=(1,), eps=1e-6, groups=0)
+  pairs = x64.astype(np.float64).reshape(3, 32, 2)
+  d = pairs - pairs.mean(-1, keepdims=True)  # +-half the pair's difference
+  want = (d / np.sqrt(d ** 2 + 1e-6)).reshape(3, 64)
+  np.testing.assert_allclose(np.asarray(y2), want, atol=1e-5)
+  assert np.median(np.abs(want)) > 0.999  # about -1 and +1: the sign of the difference
+  task = study.TASKS["transformer_L2"]
+  v = lambda qk: study.Variant(task.name, "group", "pre", qk, 1e-3)
+  rec = {"config": {"d_model": 64, "num_heads": 4}}
+  note = study._group_note(task, [v(False), v(True)], {(v(False), 0): rec, (v(True), 0): rec}, 1)
+  assert "groups of 2 of the blocks' 64 features" in note
+  assert "groups of 1 of each head's 16 query and key features" in note
+  assert "the output is the bias alone" in note and "about -1 and +1" in note
+  assert study._group_note(task, [study.Variant(task.name, "layer", "pre", False, 1e-3)], {}, 1) == ""
+
+
 def test_results_md_from_fake_runs_lists_divergences_and_the_runs_to_come(tmp_path, monkeypatch):
   from scripts import reproduce
   from scripts.paper import norms as study

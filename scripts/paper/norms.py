@@ -593,6 +593,7 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
     md += (f"| {sweep[0].label()} | " + " | ".join(cells)
            + f" | {bst} | {sens} | {to} | {div} | {_step_cell(times, sweep[0])} |\n")
   md += bench_note(times, sweep=True)
+  md += _group_note(task, vs, records, n)
   for lr, names in edge.items():
     if names:
       side = "largest" if lr == RATES[-1] else "smallest"
@@ -600,6 +601,31 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
              f"Their best over the rates and LR sensitivity hold for these {len(RATES)} rates "
              f"only: a rate past {lr:g} might do better and would change both.\n")
   return md
+
+
+def _group_note(task: Task, vs: list[Variant], records: dict, n: int) -> str:
+  """The Transformer's group norm at the registry's automatic groups (Wu &
+  He's G = 32, or the largest divisor under it): how many features a group
+  holds in the blocks and, under qk-norm, in each head's queries and keys,
+  where a group of 1 or 2 features carries little or nothing of its input."""
+  rs = next((r for v in vs if v.norm == "group" for r in [_seeds(records, v, n)] if r), None)
+  if not rs:
+    return ""
+  c = rs[0]["config"]
+  d, head = c["d_model"], c["d_model"] // c["num_heads"]
+  size = lambda f: f // norms.auto_groups(f, 0)
+  what = {1: "a group of one feature standardizes to 0 (the output is the bias alone)",
+          2: "a group of two features standardizes to about -1 and +1 (the sign of their "
+             "difference alone)"}
+  note = (f"\nGroup norm here has the registry's automatic groups (`groups=0`: Wu & He's "
+          f"G = 32, or the largest divisor of the features under it): groups of {size(d)} of "
+          f"the blocks' {d} features")
+  if any(v.norm == "group" and v.qk for v in vs):
+    note += f", and under qk-norm groups of {size(head)} of each head's {head} query and key features"
+  hit = sorted({k for k in (size(d), size(head)) if k in what})
+  note += ("; " + "; ".join(what[k] for k in hit) + ". Its rows measure group norm at these "
+           "groups, not group norm with wider ones" if hit else "") + ".\n"
+  return note
 
 
 # -- Figures ----------------------------------------------------------------------
