@@ -812,7 +812,8 @@ def claims(tasks: list[Task], records: dict, n: int, chosen: Sequence[str] | Non
   for t in tf:
     if t.layers >= 12 and has(t, L):
       for what, m in (("best", "best final bpc over the rates"),
-                      ("sens", "LR sensitivity over the rates")):
+                      ("sens", "LR sensitivity over the rates (near 0 for a stack that "
+                               "trains at no rate: read it with the row above)")):
         row("DeepNorm trains deep post-LN stacks that post-LN cannot, without warm-up", t.name,
             m + ", LN", side(t, L, "deepnorm", what=what), side(t, L, "post", what=what),
             "DeepNorm", "post-LN", lower,
