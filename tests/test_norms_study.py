@@ -205,11 +205,11 @@ def test_group_norm_note_states_what_its_automatic_groups_leave_of_the_input():
   task = study.TASKS["transformer_L2"]
   v = lambda qk: study.Variant(task.name, "group", "pre", qk, 1e-3)
   rec = {"config": {"d_model": 64, "num_heads": 4}}
-  note = study._group_note(task, [v(False), v(True)], {(v(False), 0): rec, (v(True), 0): rec}, 1)
+  note = study._group_note([v(False), v(True)], {(v(False), 0): rec, (v(True), 0): rec}, 1)
   assert "groups of 2 of the blocks' 64 features" in note
   assert "groups of 1 of each head's 16 query and key features" in note
   assert "the output is the bias alone" in note and "about -1 and +1" in note
-  assert study._group_note(task, [study.Variant(task.name, "layer", "pre", False, 1e-3)], {}, 1) == ""
+  assert study._group_note([study.Variant(task.name, "layer", "pre", False, 1e-3)], {}, 1) == ""
 
 
 def test_results_md_from_fake_runs_lists_divergences_and_the_runs_to_come(tmp_path, monkeypatch):

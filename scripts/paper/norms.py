@@ -583,8 +583,8 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
       sens = _cell([lr_sensitivity(fin[:, s]) for s in range(n)], ".3f")
       div = f"{int(np.isinf(fin).sum())} of {fin.size}"
       at = {RATES[int(np.argmin(fin[:, s]))] for s in range(n)}
-      if len(at) == 1 and next(iter(at)) in edge and not np.isinf(fin).all():
-        edge[next(iter(at))].append(sweep[0].label())
+      if len(at) == 1 and (lr := at.pop()) in edge and not np.isinf(fin).all():
+        edge[lr].append(sweep[0].label())
     else:
       bst = sens = div = "to come"
     ref = got[RATES.index(REF_RATE)]
@@ -593,7 +593,7 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
     md += (f"| {sweep[0].label()} | " + " | ".join(cells)
            + f" | {bst} | {sens} | {to} | {div} | {_step_cell(times, sweep[0])} |\n")
   md += bench_note(times, sweep=True)
-  md += _group_note(task, vs, records, n)
+  md += _group_note(vs, records, n)
   for lr, names in edge.items():
     if names:
       side = "largest" if lr == RATES[-1] else "smallest"
@@ -603,7 +603,7 @@ def sweep_table(task: Task, vs: list[Variant], records: dict, n: int,
   return md
 
 
-def _group_note(task: Task, vs: list[Variant], records: dict, n: int) -> str:
+def _group_note(vs: list[Variant], records: dict, n: int) -> str:
   """The Transformer's group norm at the registry's automatic groups (Wu &
   He's G = 32, or the largest divisor under it): how many features a group
   holds in the blocks and, under qk-norm, in each head's queries and keys,
@@ -692,7 +692,7 @@ def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
   min(bpc, l_0) with a band over the seeds; a cross where a seed diverged.
   No norm, the baseline, is drawn in every panel of its depth; a norm keeps
   its style in every panel, so one legend below serves them all."""
-  def points(t, v_of):
+  def points(v_of):
     got = [_seeds(records, v_of(lr), n) for lr in RATES]
     return [(lr, [final(x, "valid_bpc") for x in rs]) for lr, rs in zip(RATES, got) if rs]
 
@@ -700,11 +700,11 @@ def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
   for t in (t for t in tasks if t.layers):
     vs = variants(t)
     order = list(dict.fromkeys(v.norm for v in vs if v.position != "none"))
-    base = points(t, lambda lr: Variant(t.name, norms.NONE, "none", False, lr))
+    base = points(lambda lr: Variant(t.name, norms.NONE, "none", False, lr))
     for key in dict.fromkeys((v.position, v.qk) for v in vs if v.position != "none"):
       lines = {}
       for nm in dict.fromkeys(v.norm for v in vs if (v.position, v.qk) == key):
-        pts = points(t, lambda lr: Variant(t.name, nm, key[0], key[1], lr))
+        pts = points(lambda lr: Variant(t.name, nm, key[0], key[1], lr))
         if pts:
           lines[norms.label(nm)] = (pts, figures.style(order.index(nm), len(order)))
       if lines and base:
