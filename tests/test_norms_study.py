@@ -114,6 +114,17 @@ def test_lr_sensitivity_is_wortsmans_mean_of_capped_losses_less_the_best():
   assert study.lr_sensitivity([9.0, 10.0], 8.0) == pytest.approx(-1.0)
 
 
+def test_a_diverged_seed_is_drawn_at_a_top_just_over_the_curves_that_trained():
+  from scripts.paper import norms as study
+  # The 12-layer panel's case: no norm diverged at 1e-2; the rest ends 3.4 to 4.6 bpc.
+  bpcs = [3.74, 3.57, 3.42, math.nan, 4.61, 4.57, 4.57, 4.57]
+  top = study._top_edge(bpcs)  # pylint: disable=protected-access
+  assert 4.61 < top < 4.61 + 0.2 * (4.61 - 3.42) and top < study.INIT_BPC
+  assert study._top_edge(bpcs[:3] + [9.5]) > 3.74  # pylint: disable=protected-access
+  assert study._top_edge(bpcs[:3]) is None  # pylint: disable=protected-access
+  assert study._top_edge([math.inf, 8.0]) is None  # pylint: disable=protected-access
+
+
 def _record(task, norm, values, *, diverged=False, lr=1e-3, metric="test_error", step=10):
   return {"config": {"learning_rate": lr, "batch_size": 4, "norm": norm},
           "metrics": [{"step": step * (i + 1), metric: v, "train_nll": v}

@@ -686,10 +686,27 @@ def heatmap(tasks: list[Task], records: dict, n: int, chosen, path: Path) -> Non
   figures.save(fig, path, dpi=figures.DPI)
 
 
+def _capped(bpc: float) -> bool:
+  return not math.isfinite(bpc) or bpc >= INIT_BPC
+
+
+def _top_edge(bpcs: Sequence[float]) -> float | None:
+  """A panel's top where some of its seeds diverged or ended at l_0 or above:
+  just over its other values, so that one diverged run (drawn at l_0 = 8
+  bpc) does not squeeze the curves that trained into a sliver. None where
+  nothing is capped (or nothing else is drawn)."""
+  kept = [v for v in bpcs if not _capped(v)]
+  if not kept or len(kept) == len(bpcs):
+    return None
+  lo, hi = min(kept), max(kept)
+  return min(hi + 0.12 * ((hi - lo) or 1.0), INIT_BPC)
+
+
 def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
   """Final validation bpc against the learning rate, a panel per depth and
   placement (and pre with qk-norm), a line per norm: the mean over seeds of
-  min(bpc, l_0) with a band over the seeds; a cross where a seed diverged.
+  min(bpc, l_0) with a band over the seeds; a cross where a seed diverged,
+  at the panel's top (``_top_edge``).
   No norm, the baseline, is drawn in every panel of its depth; a norm keeps
   its style in every panel, so one legend below serves them all."""
   def points(v_of):
@@ -717,6 +734,7 @@ def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
   fig, axes = figures.grid(len(panels), "Byte Transformer: final validation bpc against the "
                            "learning rate (no warm-up)", cols=3)
   for ax, (title, lines) in zip(axes, panels):
+    top = _top_edge([v for pts, _ in lines.values() for _, s in pts for v in s])
     for label, (pts, st) in lines.items():
       x = np.array([lr for lr, _ in pts])
       y = np.array([[min(v, INIT_BPC) if math.isfinite(v) else INIT_BPC for v in s]
@@ -724,9 +742,14 @@ def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
       line, = ax.plot(x, y.mean(1), label=label, **{**st, "markevery": None})
       if y.shape[1] > 1:
         ax.fill_between(x, y.min(1), y.max(1), color=line.get_color(), alpha=0.15, linewidth=0)
-      dx = [lr for lr, s in pts if any(not math.isfinite(v) for v in s)]
+      dx = [lr for lr, s in pts if any(_capped(v) for v in s)]
       if dx:
-        ax.plot(dx, [INIT_BPC] * len(dx), "x", color=line.get_color(), ms=8)
+        ax.plot(dx, [top or INIT_BPC] * len(dx), "x", color=line.get_color(), ms=8,
+                clip_on=False)
+    if top is not None:
+      ax.set_ylim(top=top)
+      ax.plot([], [], "x", color="black", label=f"a seed diverged or at {INIT_BPC:g}+ bpc "
+              "(drawn at the top)")
     ax.set(xscale="log", title=title, xlabel="learning rate (Adam)",
            ylabel="final valid bpc, min(bpc, 8)")
     from matplotlib.ticker import NullFormatter  # pylint: disable=g-import-not-at-top
