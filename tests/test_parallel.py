@@ -280,13 +280,11 @@ def test_two_processes_equal_one_and_resume_after_a_kill(tmp_path):
   from tests.tiny_data import write_dataset  # pylint: disable=g-import-not-at-top
   _, md5 = write_dataset(tmp_path / "data", num=PI_MNIST_NUM)
   (tmp_path / "md5.json").write_text(json.dumps(md5))
-  one, two, killed = tmp_path / "one", tmp_path / "two", tmp_path / "killed"
+  # Two processes of 4 devices, killed after a checkpoint and resumed, against
+  # one process of 8 run straight: equal metrics show both the split and the
+  # resume (a straight two-process run as well took a minute of CI for nothing).
+  one, killed = tmp_path / "one", tmp_path / "killed"
   _wait([_launch(tmp_path, one, 8)], tmp_path, one)
-  _wait(_two_processes(tmp_path, two), tmp_path, two)
-  assert_same_metrics(two, one)
-  # One line per evaluation: only process 0 writes metrics.jsonl.
-  assert [r["step"] for r in metrics(two)] == [5, 10, 15, 20]
-  assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["15", "20"]
 
   procs = _two_processes(tmp_path, killed)
   deadline = time.time() + 900
@@ -309,6 +307,10 @@ def test_two_processes_equal_one_and_resume_after_a_kill(tmp_path):
   log = (tmp_path / "killed_0.log").read_text()
   assert "resuming from step" in log.split("fresh run")[-1]
   assert_same_metrics(killed, one)
+  # One line per evaluation: only process 0 writes metrics.jsonl.
+  assert [r["step"] for r in metrics(killed)] == [5, 10, 15, 20]
+  assert sorted(p.name for p in (killed / "checkpoints").iterdir()
+                if p.name.isdigit()) == ["15", "20"]
 
 
 if __name__ == "__main__":
