@@ -737,8 +737,7 @@ def lr_curves(tasks: list[Task], records: dict, n: int, path: Path) -> bool:
     top = _top_edge([v for pts, _ in lines.values() for _, s in pts for v in s])
     for label, (pts, st) in lines.items():
       x = np.array([lr for lr, _ in pts])
-      y = np.array([[min(v, INIT_BPC) if math.isfinite(v) else INIT_BPC for v in s]
-                    for _, s in pts])
+      y = np.array([[INIT_BPC if _capped(v) else v for v in s] for _, s in pts])
       line, = ax.plot(x, y.mean(1), label=label, **{**st, "markevery": None})
       if y.shape[1] > 1:
         ax.fill_between(x, y.min(1), y.max(1), color=line.get_color(), alpha=0.15, linewidth=0)
