@@ -48,6 +48,12 @@ SCHEDULES = ("constant", "cosine")
 # gradient norms are measured on.
 KEYS = ("init", "train", "grad_norms")
 GRAD_NORMS, DIVERGED = "grad_norms.json", "diverged.json"
+# On a CPU host, one JAX device a core, the batch split over them (the runner's
+# --cpu_devices): each core runs the whole step on its part, where one device
+# leaves XLA to split each op and the small ones keep one core: 0.65-0.72x one
+# device's time an update at the cpu preset on 2 cores (BENCHMARKS.md, "The
+# Transformer step against PyTorch"). The late digits differ from one device's.
+CPU_DEVICES = -1
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

@@ -225,11 +225,11 @@ def test_runner_rejects_bad_parallel_fields(tmp_path):
 
 def test_cpu_devices_flag_splits_the_cpu(tmp_path):
   """--cpu_devices N makes N CPU devices (the batch check below names them),
-  with no XLA_FLAGS; a negative count is one line."""
+  with no XLA_FLAGS; a count under -1 is one line."""
   from tests.run_records import run_cli  # pylint: disable=g-import-not-at-top
   env = {"XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
   for flag, code, words in (("--cpu_devices=3", 2, ("batch_size=128", "3 devices")),
-                            ("--cpu_devices=-1", 2, ("cpu_devices=-1",))):
+                            ("--cpu_devices=-2", 2, ("cpu_devices=-2",))):
     p = run_cli("--config", "configs/pi_mnist.py:smoke", "--workdir", str(tmp_path / "w"),
                 flag, env=env)
     lines = p.stderr.strip().splitlines()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import subprocess
@@ -151,6 +152,27 @@ def test_new_placements_train_end_to_end(tmp_path, monkeypatch, fields, layers):
   assert list(g["init"]["layers"]) == layers
   assert json.loads((wd / "config.json").read_text())["config"]["norm_position"] == \
       fields["norm_position"]
+
+
+def test_the_transformer_splits_the_cpu_one_device_a_core(tmp_path):
+  """experiments.transformer's CPU_DEVICES: with no --cpu_devices (and no count
+  in XLA_FLAGS) the run goes on one CPU device a core, as many as divide its
+  batch of 8, and config.json's devices records them (the flag's other cases:
+  tests/test_parallel.py)."""
+  from experiments.runner.parallel import cpu_devices_for  # pylint: disable=g-import-not-at-top
+  pins = tmp_path / "pins.json"
+  pins.write_text(json.dumps({bytes_lm.NOVELS: files.sha256_file(_tiny_novels(tmp_path))}))
+  wd = tmp_path / "wd"
+  env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+  p = subprocess.run([sys.executable, "tests/run_with_pins.py", str(pins),
+                      "--config=configs/transformer.py:smoke", "--config.num_steps=2",
+                      "--config.warmup_steps=0", "--config.eval_every_steps=2",
+                      "--config.num_eval_windows=8", f"--config.data_dir={tmp_path}",
+                      f"--workdir={wd}"], cwd=REPO, capture_output=True, text=True,
+                     timeout=300, env={**env, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"})
+  assert p.returncode == 0, p.stderr
+  devices = json.loads((wd / "config.json").read_text())["devices"]
+  assert len(devices) == cpu_devices_for(-1, 8), devices
 
 
 @pytest.mark.slow

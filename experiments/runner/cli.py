@@ -317,13 +317,15 @@ def main(argv: list[str]) -> None:
   keep_freed_memory()
   config = _CONFIG.value
   try:
-    parallel.initialize_from_flags()  # before anything asks JAX for devices
     check_experiment(config)
-    try:
+    try:  # importing an experiment starts no JAX backend
       experiment = importlib.import_module(f"experiments.{config.experiment}")
     except ModuleNotFoundError:
       raise UserError(f"experiment={config.experiment!r}: no experiments/"
                       f"{config.experiment}.py") from None
+    # Before anything asks JAX for devices.
+    parallel.initialize_from_flags(getattr(experiment, "CPU_DEVICES", 0),
+                                   config.get("batch_size"), config.get("num_devices", 0))
     experiment.train_and_evaluate(config, _WORKDIR.value)
   except Stopped as e:
     print(str(e), file=sys.stderr)

@@ -55,11 +55,13 @@ def define_flags() -> None:
                     "no arguments: the cluster (SLURM, a TPU pod, Open MPI) says "
                     "who is who.")
   flags.DEFINE_integer(
-      "cpu_devices", 0, "Split the CPU into this many JAX devices and the batch over "
-      "them (one a core: each core runs the whole step on its part of the batch, "
-      "where one device leaves XLA to split each op: faster for the Transformer, "
-      "BENCHMARKS.md). 0: JAX's default, one. Another device "
-      "count sums in another order: the late digits of a run change.")
+      "cpu_devices", None, "Split the CPU into this many JAX devices and the batch over "
+      "them (each core runs the whole step on its part of the batch, where one device "
+      "leaves XLA to split each op). -1: one a core (the most, at most the cores and "
+      "num_devices, that divide batch_size); 0: JAX's default, one. Default: the "
+      "experiment's CPU_DEVICES (the Transformer: -1, BENCHMARKS.md; the others: 0), "
+      "unless XLA_FLAGS or $JAX_NUM_CPU_DEVICES set a count. Another device count sums "
+      "in another order: the late digits of a run change.")
 
 
 def _env_int(name: str) -> int | None:
@@ -100,19 +102,63 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   return True
 
 
-def set_cpu_devices(n: int) -> None:
-  """Makes the CPU backend ``n`` devices (0: leave JAX's default). Call it
-  before anything asks JAX for its devices."""
-  if n < 0:
-    raise UserError(f"cpu_devices={n}: give 1 or more devices, or 0 for JAX's default")
-  if n:
-    jax.config.update("jax_num_cpu_devices", n)
+def usable_cores() -> int:
+  """The cores this process may run on (its affinity mask, else all)."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except (AttributeError, OSError):
+    return os.cpu_count() or 1
 
 
-def initialize_from_flags() -> bool:
+def cpu_devices_for(n: int, batch_size: Any = None, cores: int | None = None,
+                    most: int = 0) -> int:
+  """The CPU device count ``n`` asks for: ``n`` itself, 0 for JAX's default,
+  and for -1 one a core (at most ``most``, a run's ``num_devices``, where it
+  is set), lowered to the largest count that divides ``batch_size`` (an int;
+  anything else leaves the cores)."""
+  if n < -1:
+    raise UserError(f"cpu_devices={n}: give 1 or more devices, -1 for one a core, or 0 "
+                    "for JAX's default")
+  if n != -1:
+    return n
+  cores = cores or usable_cores()
+  if isinstance(most, int) and most > 0:
+    cores = min(cores, most)
+  if not isinstance(batch_size, int) or batch_size <= 0:
+    return cores
+  return max(d for d in range(1, cores + 1) if batch_size % d == 0)
+
+
+def _count_set_outside() -> bool:
+  """Whether the environment already sets the CPU device count."""
+  return ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+          or bool(os.environ.get("JAX_NUM_CPU_DEVICES")))
+
+
+def set_cpu_devices(n: int | None, default: int = 0, batch_size: Any = None,
+                    most: int = 0) -> int:
+  """Makes the CPU backend :func:`cpu_devices_for` devices and returns that
+  count (0: JAX's default left). ``n`` None (no flag) takes ``default`` (the
+  experiment's), unless the environment sets the count. Call it before
+  anything asks JAX for its devices."""
+  if n is None:
+    if _count_set_outside():
+      return 0
+    n = default
+  count = cpu_devices_for(n, batch_size, most=most)
+  if count:
+    jax.config.update("jax_num_cpu_devices", count)
+  return count
+
+
+def initialize_from_flags(default_cpu_devices: int = 0, batch_size: Any = None,
+                          num_devices: int = 0) -> bool:
+  """:func:`set_cpu_devices` and :func:`initialize` from the runner's flags;
+  ``default_cpu_devices`` is the experiment's ``CPU_DEVICES``, ``batch_size``
+  and ``num_devices`` the run's."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   f = flags.FLAGS
-  set_cpu_devices(f.cpu_devices)
+  set_cpu_devices(f.cpu_devices, default_cpu_devices, batch_size, num_devices)
   return initialize(f.coordinator_address, f.num_processes, f.process_id, f.distributed)
 
 

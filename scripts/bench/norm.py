@@ -4,6 +4,7 @@ Usage::
 
     python -m scripts.bench.norm [--repeats N] [--shapes 128x1000,8x400,8x1600,4096x1024]
         [--norm layer|rms] [--torch-threads N] [--baseline OLD/layer_norm_cpu.cc]
+        [--keep-freed-memory]
 
 For each shape (a batch of rows, normalized over the last axis, float32, with
 a gain and a bias, eps=1e-5) it times, side by side in this one process:
@@ -367,7 +368,16 @@ def main(argv=None) -> int:
                  help="layer norm (default) or RMS norm (gain only, as flax and torch)")
   p.add_argument("--baseline", type=Path, default=None,
                  help="another layer_norm_cpu.cc, timed as candidate base")
+  p.add_argument("--keep-freed-memory", action="store_true",
+                 help="the run loop's allocator setting (experiments/runner/cli.py's "
+                      "keep_freed_memory: glibc keeps freed blocks for reuse), for every "
+                      "candidate, torch's included; default: glibc's own")
   args = p.parse_args(argv)
+  if args.keep_freed_memory:
+    from experiments.runner import cli  # pylint: disable=g-import-not-at-top
+    if not cli.keep_freed_memory():
+      sys.exit("error: --keep-freed-memory: glibc's mallopt is unavailable here, or "
+               "MALLOC_MMAP_MAX_ / MALLOC_TRIM_THRESHOLD_ are set")
   if args.baseline is not None:
     if not args.baseline.is_file():
       sys.exit(f"error: --baseline {args.baseline}: no such file")
