@@ -50,3 +50,14 @@ def test_a_count_in_jax_num_cpu_devices_stays(monkeypatch):
   monkeypatch.setenv("XLA_FLAGS", "")
   monkeypatch.setenv("JAX_NUM_CPU_DEVICES", "5")
   assert parallel.set_cpu_devices(None, -1, 32) == 0 and not set_to
+
+
+def test_the_bench_times_an_update_from_the_records_after_the_first(tmp_path):
+  """scripts/bench/cpu_devices.py: each record's epoch_time_s over the updates
+  since the one before; the first record (compilation) and records without a
+  time left out."""
+  from scripts.bench.cpu_devices import per_update_s  # pylint: disable=g-import-not-at-top
+  m = tmp_path / "metrics.jsonl"
+  m.write_text('{"step": 100, "epoch_time_s": 40.0}\n{"step": 200, "epoch_time_s": 12.0}\n'
+               '{"step": 200, "test_bpc": 2.5}\n\n{"step": 250, "epoch_time_s": 5.0}\n')
+  assert per_update_s(m) == [0.12, 0.1]

@@ -4,10 +4,11 @@ Usage::
 
     LNORM_DATA_DIR=../shared/data python -m scripts.bench.cpu_devices \
         --config configs/transformer.py:cpu [--set num_layers=2 --set num_steps=300] \
-        [--devices 1,2] [--jobs 1] [--rounds 3] [--out PATH]
+        [--devices 0,-1] [--jobs 1] [--rounds 3] [--out PATH]
 
 Runs the experiment as a user does (``python -m experiments.main``, a fresh
-workdir each time) with ``--cpu_devices=N`` for each N of ``--devices``, the
+workdir each time) with ``--cpu_devices=N`` for each N of ``--devices`` (0:
+JAX's one device; -1: one a core, the Transformer's default), the
 order reversed every other round, and ``--jobs`` copies of each at once (as
 ``scripts/reproduce.py --jobs`` runs a study). A run's time an update comes
 from its own records: each metrics.jsonl record's ``epoch_time_s`` over the
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--config", required=True, help="configs/<experiment>.py[:preset]")
   p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                  help="a config override, passed as --config.FIELD=VALUE")
-  p.add_argument("--devices", default="1,2", help="device counts to compare; the first "
-                 "is the ratios' denominator")
+  p.add_argument("--devices", default="0,-1", help="--cpu_devices values to compare (0: "
+                 "JAX's one device, -1: one a core); the first is the ratios' denominator")
   p.add_argument("--jobs", type=int, default=1, help="copies of each run at once")
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--out", help="write every round and the summary here as JSON")
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     res = {n: run_copies(a.config, a.set, n, a.jobs) for n in order}
     rounds.append(res)
     print(f"round {r + 1}: " + "; ".join(
-        f"{n} device(s) {res[n]['ms_per_update']:.1f} ms/update, "
+        f"cpu_devices={n} {res[n]['ms_per_update']:.1f} ms/update, "
         f"{res[n]['updates_per_s_together']:.2f} updates/s, wall {res[n]['wall_s']:.0f} s"
         for n in counts), flush=True)
   base = counts[0]
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     ratios = [rd[n]["ms_per_update"] / rd[base]["ms_per_update"] for rd in rounds]
     summary[n] = {"ms_per_update": ms, "ratio_to_first": statistics.median(ratios),
                   "ratios": ratios}
-    print(f"{n} device(s): {ms:.1f} ms/update (median of {a.rounds}); / {base} device(s) "
+    print(f"cpu_devices={n}: {ms:.1f} ms/update (median of {a.rounds}); / cpu_devices={base} "
           f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
   if a.out:
     Path(a.out).write_text(json.dumps({"argv": sys.argv, "rounds": rounds,
