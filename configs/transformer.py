@@ -19,9 +19,11 @@ Command (one run; the study's grid is one reproduce.py command):
 Presets, and their runtime on the 2-core CPU, idle (BENCHMARKS.md):
   ``:cpu`` (default): 12 layers of width 64 (4 heads, d_ff 256), windows of 64
     bytes, batch 32, Adam 1e-3 after 200 warm-up updates, 2,000 updates,
-    validation every 100 on 512 windows; 0.27-0.36 s an update at 12 layers,
-    0.06 s at 2 (``--config.num_layers=2``, the study's shallow model): ~11
-    min of updates a 12-layer run; the study at ``--jobs 2`` ~1.2 h a seed.
+    validation every 100 on 512 windows; on the 2-core AVX-512 host, one
+    device a core (the default): 0.12 s an update at 12 layers, 0.024 s at 2
+    (``--config.num_layers=2``, the study's shallow model), ~4 min of updates
+    a 12-layer run (BENCHMARKS.md, "The default in whole runs"); 0.15 and 0.03
+    s on one device (``--cpu_devices=0``).
   ``:paper``: 12 layers of 512 (8 heads, d_ff 2048), windows of 256, batch 64,
     Adam 5e-4, 4,000 warm-up updates, 100,000 updates. A GPU run; not run here.
   ``:smoke``: 3 layers of 32, windows of 16, 20 updates, for tests; ~20 s.

@@ -61,3 +61,20 @@ def test_the_bench_times_an_update_from_the_records_after_the_first(tmp_path):
   m.write_text('{"step": 100, "epoch_time_s": 40.0}\n{"step": 200, "epoch_time_s": 12.0}\n'
                '{"step": 200, "test_bpc": 2.5}\n\n{"step": 250, "epoch_time_s": 5.0}\n')
   assert per_update_s(m) == [0.12, 0.1]
+
+
+def test_results_header_says_when_a_run_used_several_devices():
+  """A results.md of runs on several devices says so (their late digits differ
+  from one device's); runs all on one device leave the header as it was."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  from scripts.paper import runs  # pylint: disable=g-import-not-at-top
+  args = argparse.Namespace(target="transformer", preset="cpu", seeds=2, results_dir=None)
+  rec = lambda devices, **kw: {"git_commit": "abc", "versions": {}, "devices": devices,
+                               "host": {"cpu": "X", "cpu_threads": 2}, **kw}
+  one = runs.header(args, [rec(["cpu:0"]), rec(["cpu:0"])], "T")
+  assert "Devices" not in one
+  mixed = runs.header(args, [rec(["cpu:0"]), rec(["cpu:0", "cpu:1"])], "T")
+  assert "Devices a run: 1, 2 " in mixed
+  resumed = runs.header(args, [rec(["cpu:0"], resumed_with=[
+      {"git_commit": "def", "devices": ["cpu:0", "cpu:1"]}])], "T")
+  assert "Devices a run: 1, 2 " in resumed

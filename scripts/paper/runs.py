@@ -489,10 +489,17 @@ def header(args, records: list[dict], title: str) -> str:
   hosts = sorted({f"{h['cpu']}, {h['cpu_threads']} core(s)" for r in records
                   for h in [r.get("host"), *(x.get("host") for x in r.get("resumed_with", []))]
                   if h})
+  # Several devices (the Transformer's default on a CPU host since bd8bc60) sum
+  # in another order than one: said where any run used more than one.
+  devices = sorted({len(d) for r in records
+                    for d in [r.get("devices"), *(x.get("devices") for x in r.get("resumed_with", []))]
+                    if d})
   return (f"# {title}\n\n" + (SMOKE_NOTE if args.preset == "smoke" else "")
           + f"Command: `{command(args)}`  \nCommit: {', '.join(commits)}  \n"
           + (f"Resumed or re-read by: {', '.join(resumed)}  \n" if resumed else "")
-          + (f"Host: {'; '.join(hosts)}  \n" if hosts else "") +
+          + (f"Host: {'; '.join(hosts)}  \n" if hosts else "")
+          + (f"Devices a run: {', '.join(map(str, devices))} (config.json's devices)  \n"
+             if any(n > 1 for n in devices) else "") +
           f"Versions: {json.dumps(records[0]['versions'])}\n\n"
           + (f"Seeds: {args.seeds} per run. A cell reads mean ± standard deviation over the "
              "seeds, or each seed's value in turn (a / b / ...); a figure's band spans the "
