@@ -253,9 +253,19 @@ def test_native_off_and_a_missing_compiler(tmp_path):
 def test_build_is_cached(tmp_path, monkeypatch):
   if native.mode() == "off":
     pytest.skip("LNORM_NATIVE=off")
-  monkeypatch.setenv("LNORM_CACHE_DIR", str(tmp_path))
+  # A one-line source in place of the kernels: the cache's logic is the same,
+  # without a 20-second compile (every test session builds the real ones).
+  src = tmp_path / "src" / "tiny.cc"
+  src.parent.mkdir()
+  src.write_text('extern "C" int lnorm_tiny() { return 1; }\n')
+  monkeypatch.setattr(native, "SOURCES", (src,))
+  monkeypatch.setattr(native, "HEADERS", ())
+  cache = tmp_path / "cache"
+  monkeypatch.setenv("LNORM_CACHE_DIR", str(cache))
   path = native.build()
-  assert path.parent == tmp_path and path.suffix == ".so"
+  assert path.parent == cache and path.suffix == ".so"
   stamp = path.stat().st_mtime_ns
   assert native.build() == path and path.stat().st_mtime_ns == stamp
-  assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporaries left
+  assert [p.name for p in cache.iterdir()] == [path.name]  # no temporaries left
+  src.write_text('extern "C" int lnorm_tiny() { return 2; }\n')  # another source, another build
+  assert native.build() != path and len(list(cache.iterdir())) == 2

@@ -154,39 +154,22 @@ def test_new_placements_train_end_to_end(tmp_path, monkeypatch, fields, layers):
       fields["norm_position"]
 
 
-def test_the_transformer_splits_the_cpu_one_device_a_core(tmp_path):
-  """experiments.transformer's CPU_DEVICES: with no --cpu_devices (and no count
-  in XLA_FLAGS) the run goes on one CPU device a core, as many as divide its
-  batch of 8, and config.json's devices records them (the flag's other cases:
-  tests/test_parallel.py)."""
-  from experiments.runner.parallel import cpu_devices_for  # pylint: disable=g-import-not-at-top
-  pins = tmp_path / "pins.json"
-  pins.write_text(json.dumps({bytes_lm.NOVELS: files.sha256_file(_tiny_novels(tmp_path))}))
-  wd = tmp_path / "wd"
-  env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
-  p = subprocess.run([sys.executable, "tests/run_with_pins.py", str(pins),
-                      "--config=configs/transformer.py:smoke", "--config.num_steps=2",
-                      "--config.warmup_steps=0", "--config.eval_every_steps=2",
-                      "--config.num_eval_windows=8", f"--config.data_dir={tmp_path}",
-                      f"--workdir={wd}"], cwd=REPO, capture_output=True, text=True,
-                     timeout=300, env={**env, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"})
-  assert p.returncode == 0, p.stderr
-  devices = json.loads((wd / "config.json").read_text())["devices"]
-  assert len(devices) == cpu_devices_for(-1, 8), devices
-
-
 @pytest.mark.slow
 def test_a_nan_is_recorded_as_a_divergence(tmp_path):
   pins = tmp_path / "pins.json"  # the tiny archive's SHA-256 in place of the novels'
   pins.write_text(json.dumps({bytes_lm.NOVELS: files.sha256_file(_tiny_novels(tmp_path))}))
   wd = tmp_path / "wd"
   # No norm and an absurd rate: the stream overflows within a few updates.
+  # No device count in the environment: the run takes experiments.transformer's
+  # CPU_DEVICES, one device a core (as many as divide the batch of 8).
+  env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
   p = subprocess.run([sys.executable, "tests/run_with_pins.py", str(pins),
                       "--config=configs/transformer.py:smoke", f"--workdir={wd}",
                       "--config.norm=none", "--config.norm_position=none",
                       "--config.learning_rate=1e6", "--config.warmup_steps=0",
                       "--config.eval_every_steps=5", f"--config.data_dir={tmp_path}"],
-                     cwd=REPO, capture_output=True, text=True, timeout=300)
+                     cwd=REPO, capture_output=True, text=True, timeout=300,
+                     env={**env, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"})
   assert p.returncode == 3, p.stderr
   assert p.stderr.strip().splitlines()[-1].startswith("error: train_")
   d = json.loads((wd / "diverged.json").read_text())
@@ -194,6 +177,9 @@ def test_a_nan_is_recorded_as_a_divergence(tmp_path):
   assert d["last_step"] - d["first_step"] == 4  # one evaluation interval
   g = json.loads((wd / "grad_norms.json").read_text())
   assert "init" in g and "final" not in g
+  from experiments.runner.parallel import cpu_devices_for  # pylint: disable=g-import-not-at-top
+  devices = json.loads((wd / "config.json").read_text())["devices"]
+  assert len(devices) == cpu_devices_for(-1, 8), devices
 
 
 # -- The reproduce target on fake runs. -----------------------------------------
