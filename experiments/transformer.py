@@ -51,8 +51,9 @@ GRAD_NORMS, DIVERGED = "grad_norms.json", "diverged.json"
 # On a CPU host, one JAX device a core, the batch split over them (the runner's
 # --cpu_devices): each core runs the whole step on its part, where one device
 # leaves XLA to split each op and the small ones keep one core: 0.65-0.81x one
-# device's time an update at the cpu preset on 2 cores (BENCHMARKS.md, "The
-# Transformer step against PyTorch"). The late digits differ from one device's.
+# device's time an update at the cpu preset, 12 or 2 layers, on 2 cores
+# (BENCHMARKS.md, "The Transformer step against PyTorch"); measured on no
+# larger host. The late digits differ from one device's.
 CPU_DEVICES = -1
 
 
