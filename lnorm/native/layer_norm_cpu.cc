@@ -68,10 +68,13 @@ int64_t NumChunks(int64_t rows, int64_t n) {
 
 // Runs fn(chunk) for every chunk in [0, chunks). The caller takes chunks too,
 // so it never waits on a task the pool has not started; tasks that start late
-// find no chunk left and touch only the shared counters.
+// find no chunk left and touch only the shared counters. The caller and at
+// most pool.num_threads() - 1 helpers run, one a core: a helper more than the
+// cores only waits for one (2048x256 fwd+bwd 1.10-1.16x slower with two
+// helpers on 2 cores than with one: BENCHMARKS_LOG.md, sixth sitting).
 template <typename F>
 void ForEachChunk(ffi::ThreadPool& pool, int64_t chunks, const F& fn) {
-  if (chunks == 1 || pool.num_threads() <= 0) {
+  if (chunks == 1 || pool.num_threads() <= 1) {
     for (int64_t c = 0; c < chunks; ++c) fn(c);
     return;
   }
@@ -87,7 +90,7 @@ void ForEachChunk(ffi::ThreadPool& pool, int64_t chunks, const F& fn) {
       counters->done.fetch_add(1, std::memory_order_release);
     }
   };
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), chunks - 1);
+  const int64_t helpers = std::min<int64_t>(pool.num_threads() - 1, chunks - 1);
   for (int64_t t = 0; t < helpers; ++t) pool.Schedule(decltype(run)(run));
   run();
   while (counters->done.load(std::memory_order_acquire) < chunks) {
