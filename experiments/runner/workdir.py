@@ -103,8 +103,7 @@ def host() -> dict[str, object]:
                   if line.startswith("model name")), cpu)
   except OSError:
     pass
-  threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  return {"cpu": cpu, "cpu_threads": threads}
+  return {"cpu": cpu, "cpu_threads": parallel.usable_cores()}
 
 
 def _free_bytes(path: Path | str) -> int | None:

@@ -34,20 +34,15 @@ import sys
 import tempfile
 import time
 
+from experiments.runner import figures
+from scripts.paper import runs as R
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def per_update_s(metrics: Path) -> list[float]:
   """Seconds an update of each record after the first (which compiles)."""
-  records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-  out, prev = [], None
-  for r in records:
-    if "epoch_time_s" not in r:
-      continue
-    if prev is not None and r["step"] > prev:
-      out.append(r["epoch_time_s"] / (r["step"] - prev))
-    prev = r["step"]
-  return out
+  return R.update_seconds(figures.read_metrics(metrics.parent))[1:]
 
 
 def run_copies(config: str, sets: list[str], devices: int, jobs: int) -> dict:

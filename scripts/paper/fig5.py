@@ -9,7 +9,8 @@ import subprocess
 from experiments.runner import figures
 from lnorm import norms
 from scripts.paper import verdicts
-from scripts.paper.runs import REPO, first, header, mean_sd, out_dir, per_seed, reached, run_all, seeds
+from scripts.paper.runs import (REPO, first, header, mean_sd, out_dir, per_seed, reached, run_all,
+                                median_update_seconds, seeds)
 
 
 HW_NAMES = {n: norms.label(n, "LSTM") for n in (norms.NONE, norms.LAYER)}
@@ -75,8 +76,7 @@ def fig5(args) -> None:
          "\n\n![Figure 5](fig5.png)\n\n| run | final valid NLL | best valid NLL | final "
          "valid NLL per point | final test NLL | s / update |\n|---|---|---|---|---|---|\n")
   for n, runs in ms.items():
-    secs = [sorted(r["epoch_time_s"] / max(r["step"] - p, 1)
-                   for r, p in zip(m, [0] + [x["step"] for x in m]))[len(m) // 2] for m in runs]
+    secs = [median_update_seconds(m) for m in runs]
     md += (f"| {HW_NAMES[n]} | {mean_sd((m[-1]['valid_nll'] for m in runs), '.1f')} | "
            f"{mean_sd((min(r['valid_nll'] for r in m) for m in runs), '.1f')} | "
            f"{mean_sd((m[-1]['valid_nll_point'] for m in runs), '.3f')} | "

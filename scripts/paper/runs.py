@@ -530,6 +530,21 @@ def steps_table(ms: dict, key: str, levels, fmt: str = "g") -> str:
               + " |\n" for name, m in ms.items()))
 
 
+def update_seconds(m: list[dict]) -> list[float]:
+  """Each timed record's training seconds per update: its ``epoch_time_s``
+  (no evaluation, checkpoints or compiling) over the updates since the record
+  before it."""
+  return [x["epoch_time_s"] / max(x["step"] - p, 1)
+          for x, p in zip(m, [0] + [y["step"] for y in m]) if "epoch_time_s" in x]
+
+
+def median_update_seconds(m: list[dict]) -> float:
+  """The median evaluation interval's training seconds per update (the upper
+  one of an even count)."""
+  per = sorted(update_seconds(m))
+  return per[len(per) // 2]
+
+
 def train_time_and_rate(m: list[dict]) -> tuple[float, float]:
   """Seconds spent in the training epochs, summed (no evaluation, checkpoints,
   compilation, or time between a stop and its resume), and the median epoch's

@@ -10,7 +10,8 @@ from experiments.runner import figures
 from lnorm import norms
 from lnorm import order_embeddings as oe
 from scripts.paper import verdicts
-from scripts.paper.runs import header, mean_sd, out_dir, per_seed, reached, run_all, seed_names, seeds
+from scripts.paper.runs import (header, mean_sd, out_dir, per_seed, reached, run_all, seed_names,
+                                median_update_seconds, seeds)
 
 CONFIG = "configs/order_embeddings.py"
 OE_NORMS = (norms.NONE, norms.LAYER)
@@ -150,12 +151,6 @@ def matched(ms: dict[str, list[list[dict]]], max_rows: int = 12) -> str:
   return md
 
 
-def seconds_per_update(m: list[dict]) -> float:
-  """The median evaluation interval's training seconds per update."""
-  return sorted(r["epoch_time_s"] / max(r["step"] - p, 1)
-                for r, p in zip(m, [0] + [x["step"] for x in m]))[len(m) // 2]
-
-
 def figure(ms: dict[str, list[list[dict]]], path) -> None:
   axes = [figures.Axis(f"dev_{side}_r{k}", f"{side} retrieval R@{k} (recall on dev, %)")
           for side in SIDES for k in oe.RECALL_AT]
@@ -210,7 +205,7 @@ def table2(args) -> None:
   md += ("\n| run | s / update (median evaluation interval) | train loss, last interval |\n"
          "|---|---|---|\n")
   for n, runs in ms.items():
-    md += (f"| {NAMES[n]} | {mean_sd((seconds_per_update(m) for m in runs), '.3f')} | "
+    md += (f"| {NAMES[n]} | {mean_sd((median_update_seconds(m) for m in runs), '.3f')} | "
            f"{mean_sd((m[-1]['train_loss'] for m in runs), '.1f')} |\n")
   md += ("\nEach run's records: `<run>/metrics.jsonl` (every metric of dev and test at every "
          "evaluation), `<run>/init_metrics.json` (the no-training row).\n")

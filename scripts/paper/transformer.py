@@ -206,8 +206,7 @@ def outcome(r: dict, key: str = "valid_bpc", fmt: str = ".3f") -> str:
 def step_seconds(m: list[dict]) -> float:
   """The median interval's training seconds per update (no evaluation,
   checkpoints or compiling)."""
-  per = [x["epoch_time_s"] / max(x["step"] - p, 1) for x, p in zip(m, [0] + [y["step"] for y in m])
-         if "epoch_time_s" in x]
+  per = R.update_seconds(m)
   return float(np.median(per)) if per else math.nan
 
 
