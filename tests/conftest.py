@@ -1,3 +1,7 @@
+import os
+import shutil
+import tempfile
+
 import jax
 import pytest
 
@@ -58,6 +62,34 @@ FAST_COVER = {
     "test_recurrent_cells.py::test_float64_params_match_numpy_to_float64_precision": {
         "LSTMCell(layer)", "GRUCell(none)", "RNNCell(layer)"},
 }
+
+
+# JAX's persistent compilation cache, shared by the session's processes (the
+# xdist workers and the runs tests start as subprocesses inherit the
+# environment): a resumed run, a test's second run of one config, and the slow
+# suite's programs that the fast suite compiled load the executable instead of
+# compiling it again. Its keys are the lowered programs, so the native and XLA
+# lowerings (the ``impl`` fixture) never share an entry. A cache the user set
+# (``JAX_COMPILATION_CACHE_DIR``) is used as it is; otherwise the session makes
+# one and removes it at the end.
+_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+_MADE_CACHE = []
+
+
+def pytest_configure(config):
+  if _CACHE_ENV not in os.environ and not hasattr(config, "workerinput"):
+    _MADE_CACHE.append(tempfile.mkdtemp(prefix="lnorm_test_jax_cache_"))
+    os.environ[_CACHE_ENV] = _MADE_CACHE[0]
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  if _CACHE_ENV in os.environ:
+    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                      float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", 1)))
+
+
+def pytest_unconfigure(config):
+  for d in _MADE_CACHE:
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
