@@ -12,7 +12,8 @@
 // subtraction mean(d^2) - mean_d^2 cancels as much as mean_d^2 / var; when
 // that exceeds kMaxShiftRatio (an outlier first element: ~5% of normal
 // rows), the pass is repeated with shift + mean_d, a value within rounding
-// of the mean.
+// of the mean (three passes at most; the last one's statistics are taken
+// with its own shift).
 //
 // RMS norm, per row: rrms = 1 / sqrt(mean(x^2) + eps), x_hat = x * rrms,
 // y = x_hat * gain + bias. A sum of squares does not cancel: one pass, no
@@ -124,59 +125,102 @@ inline double SumWide(d4 lo, d4 hi) {
   return (v[0] + v[2]) + (v[1] + v[3]);
 }
 
+// A row's statistics end in a chain of dependent steps (the lanes' sums, a
+// division, a square root) that one row alone leaves the core waiting on:
+// rows go in blocks, each step taken for every row of the block before the
+// next step, so the chains of different rows overlap. Every row's floats are
+// those of one row at a time.
+// Blocks stay small enough for the backward's copy of g (block x n floats)
+// to sit in the L1 cache; rows of more than 512 elements go one at a time.
+constexpr int64_t kBlockRows = 8;
+constexpr int64_t kBlockElements = 1024;
+
+int64_t BlockRows(int64_t n) {
+  return std::max<int64_t>(1, std::min(kBlockRows, kBlockElements / n));
+}
+
 struct RowStats {
   float shift, mean_d, rstd;
 };
 
-// 32 float lanes (four independent chains) per sum, 32 elements a step.
-// Inlined, so that a block's rows (kBlockRows) interleave.
-__attribute__((always_inline)) inline RowStats Stats(const float* x, int64_t n, float eps) {
+// Row sums of d = x - shift and d^2 in double: 32 float lanes (four
+// independent chains) per sum, 32 elements a step. Inlined, so that a
+// block's rows overlap.
+__attribute__((always_inline)) inline void ShiftedSums(const float* x, int64_t n, float shift,
+                                                       double& sd, double& sd2) {
   constexpr int64_t kBlock = 32 * kLaneTerms;
-  float shift = x[0];
-  double md = 0, var = 0;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    d4 s_lo{}, s_hi{}, q_lo{}, q_hi{};
-    int64_t i = 0;
-    while (i + 8 <= n) {
-      const int64_t stop = std::min(n, i + kBlock);
-      f8 s0{}, s1{}, s2{}, s3{}, q0{}, q1{}, q2{}, q3{};
-      for (; i + 32 <= stop; i += 32) {
-        const f8 d0 = Load(x + i) - shift, d1 = Load(x + i + 8) - shift;
-        const f8 d2 = Load(x + i + 16) - shift, d3 = Load(x + i + 24) - shift;
-        s0 += d0;
-        s1 += d1;
-        s2 += d2;
-        s3 += d3;
-        q0 += d0 * d0;
-        q1 += d1 * d1;
-        q2 += d2 * d2;
-        q3 += d3 * d3;
-      }
-      for (; i + 8 <= stop; i += 8) {
-        const f8 d0 = Load(x + i) - shift;
-        s0 += d0;
-        q0 += d0 * d0;
-      }
-      AddWide((s0 + s1) + (s2 + s3), s_lo, s_hi);
-      AddWide((q0 + q1) + (q2 + q3), q_lo, q_hi);
+  d4 s_lo{}, s_hi{}, q_lo{}, q_hi{};
+  int64_t i = 0;
+  while (i + 8 <= n) {
+    const int64_t stop = std::min(n, i + kBlock);
+    f8 s0{}, s1{}, s2{}, s3{}, q0{}, q1{}, q2{}, q3{};
+    for (; i + 32 <= stop; i += 32) {
+      const f8 d0 = Load(x + i) - shift, d1 = Load(x + i + 8) - shift;
+      const f8 d2 = Load(x + i + 16) - shift, d3 = Load(x + i + 24) - shift;
+      s0 += d0;
+      s1 += d1;
+      s2 += d2;
+      s3 += d3;
+      q0 += d0 * d0;
+      q1 += d1 * d1;
+      q2 += d2 * d2;
+      q3 += d3 * d3;
     }
-    double sd = SumWide(s_lo, s_hi), sd2 = SumWide(q_lo, q_hi);
-    for (; i < n; ++i) {
-      const float d = x[i] - shift;
-      sd += d;
-      sd2 += static_cast<double>(d) * d;
+    for (; i + 8 <= stop; i += 8) {
+      const f8 d0 = Load(x + i) - shift;
+      s0 += d0;
+      q0 += d0 * d0;
     }
-    md = sd / n;
-    // Not std::fmax: without -ffast-math it is a call into libm.
-    var = sd2 / n - md * md;
-    if (!(var > 0)) var = 0;
-    if (md * md <= kMaxShiftRatio * var) break;
-    const float next = static_cast<float>(shift + md);
-    if (next == shift) break;
-    shift = next;
+    AddWide((s0 + s1) + (s2 + s3), s_lo, s_hi);
+    AddWide((q0 + q1) + (q2 + q3), q_lo, q_hi);
   }
-  return {shift, static_cast<float>(md),
-          static_cast<float>(1.0 / std::sqrt(var + eps))};
+  sd = SumWide(s_lo, s_hi);
+  sd2 = SumWide(q_lo, q_hi);
+  for (; i < n; ++i) {
+    const float d = x[i] - shift;
+    sd += d;
+    sd2 += static_cast<double>(d) * d;
+  }
+}
+
+// A row's statistics from its shifted sums. Returns false where the shift
+// was too far from the mean (mean_d^2 > kMaxShiftRatio var) and a value
+// closer to it exists, which is then st.shift; a last pass is taken as it is.
+inline bool FinishStats(double sd, double sd2, int64_t n, float eps, bool last,
+                        RowStats& st) {
+  const double md = sd / n;
+  // Not std::fmax: without -ffast-math it is a call into libm.
+  double var = sd2 / n - md * md;
+  if (!(var > 0)) var = 0;
+  if (!last && md * md > kMaxShiftRatio * var) {
+    const float next = static_cast<float>(st.shift + md);
+    if (next != st.shift) {
+      st.shift = next;
+      return false;
+    }
+  }
+  st.mean_d = static_cast<float>(md);
+  st.rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+  return true;
+}
+
+// The statistics of m rows (at most kBlockRows) at stride n: every row's
+// sums first, then their ends, so the rows' chains of dependent steps (the
+// lanes' sums, a division, a square root) overlap; the few rows whose first
+// element was too far from their mean take the sums again, with the shift
+// closer (at most three passes in all).
+__attribute__((always_inline)) inline void BlockStats(const float* x, int64_t m, int64_t n,
+                                                      float eps, RowStats* st) {
+  double sd[kBlockRows], sd2[kBlockRows];
+  for (int64_t j = 0; j < m; ++j) {
+    st[j].shift = x[j * n];
+    ShiftedSums(x + j * n, n, st[j].shift, sd[j], sd2[j]);
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    for (int pass = 1; !FinishStats(sd[j], sd2[j], n, eps, pass == 3, st[j]); ++pass) {
+      ShiftedSums(x + j * n, n, st[j].shift, sd[j], sd2[j]);
+    }
+  }
 }
 
 // 1 / sqrt(mean(x^2) + eps), with the sums of Stats.
@@ -212,8 +256,12 @@ __attribute__((always_inline)) inline float RmsScale(const float* x, int64_t n, 
 struct LayerNormRow {
   static constexpr bool kCentred = true;
   RowStats st;
-  LayerNormRow() = default;
-  LayerNormRow(const float* x, int64_t n, float eps) : st(Stats(x, n, eps)) {}
+  // The rows of a block (m rows at stride n, m <= kBlockRows).
+  static void Block(const float* x, int64_t m, int64_t n, float eps, LayerNormRow* rows) {
+    RowStats st[kBlockRows];
+    BlockStats(x, m, n, eps, st);
+    for (int64_t j = 0; j < m; ++j) rows[j].st = st[j];
+  }
   float scale() const { return st.rstd; }
   f8 XHat(f8 x) const { return ((x - st.shift) - st.mean_d) * st.rstd; }
   float XHat(float x) const { return ((x - st.shift) - st.mean_d) * st.rstd; }
@@ -222,8 +270,9 @@ struct LayerNormRow {
 struct RmsNormRow {
   static constexpr bool kCentred = false;
   float rrms;
-  RmsNormRow() = default;
-  RmsNormRow(const float* x, int64_t n, float eps) : rrms(RmsScale(x, n, eps)) {}
+  static void Block(const float* x, int64_t m, int64_t n, float eps, RmsNormRow* rows) {
+    for (int64_t j = 0; j < m; ++j) rows[j].rrms = RmsScale(x + j * n, n, eps);
+  }
   float scale() const { return rrms; }
   f8 XHat(f8 x) const { return x * rrms; }
   float XHat(float x) const { return x * rrms; }
@@ -235,20 +284,6 @@ ffi::Error CheckShapes(const ffi::Buffer<ffi::F32>& x, int64_t n) {
         "lnorm norm kernel: x is not a stack of rows of gain.size()");
   }
   return ffi::Error::Success();
-}
-
-// A row's statistics end in a chain of dependent steps (the lanes' sums, a
-// division, a square root) that one row alone leaves the core waiting on:
-// rows go in blocks, each step taken for every row of the block before the
-// next step, so the chains of different rows overlap. Every row's floats are
-// those of one row at a time.
-// Blocks stay small enough for the backward's copy of g (block x n floats)
-// to sit in the L1 cache; rows of more than 512 elements go one at a time.
-constexpr int64_t kBlockRows = 8;
-constexpr int64_t kBlockElements = 1024;
-
-int64_t BlockRows(int64_t n) {
-  return std::max<int64_t>(1, std::min(kBlockRows, kBlockElements / n));
 }
 
 template <typename Row>
@@ -270,9 +305,9 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     Row block[kBlockRows];
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
       const int64_t m = std::min(block_rows, r1 - rb);
-      for (int64_t j = 0; j < m; ++j) block[j] = Row(xp + (rb + j) * n, n, eps);
+      Row::Block(xp + rb * n, m, n, eps, block);
       for (int64_t j = 0; j < m; ++j) {
-        const Row& row = block[j];
+        const Row row = block[j];
         const float* xr = xp + (rb + j) * n;
         float* yr = yp + (rb + j) * n;
         int64_t i = 0;
@@ -323,11 +358,11 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     float a[kBlockRows], bb[kBlockRows];
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
       const int64_t m = std::min(block_rows, r1 - rb);
-      for (int64_t j = 0; j < m; ++j) block[j] = Row(xp + (rb + j) * n, n, eps);
+      Row::Block(xp + rb * n, m, n, eps, block);
       // a = mean(g) (layer norm only) and b = mean(g * x_hat): 8 float lanes
       // each, moved into double every kLaneTerms steps.
       for (int64_t j = 0; j < m; ++j) {
-        const Row& row = block[j];
+        const Row row = block[j];
         const int64_t r = rb + j;
         const float* xr = xp + r * n;
         const float* dyr = dyp + r * n;
@@ -373,7 +408,7 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
       }
       // dx = r * (g - a - x_hat * b), x_hat formed again as above.
       for (int64_t j = 0; j < m; ++j) {
-        const Row& row = block[j];
+        const Row row = block[j];
         const float* xr = xp + (rb + j) * n;
         const float* gdr = gd + j * n;
         float* dxr = dxp + (rb + j) * n;
