@@ -250,8 +250,10 @@ __attribute__((always_inline)) inline float RmsScale(const float* x, int64_t n, 
   return static_cast<float>(1.0 / std::sqrt(s / n + eps));
 }
 
-// A row's x_hat: built from the row (its statistics), then applied to each
-// element; scale is d x_hat / d x at fixed statistics. kCentred: x_hat
+// A row's x_hat: its statistics made a block of rows at a time (Block),
+// then applied to each element; scale is d x_hat / d x at fixed statistics.
+// The loops copy a row out of the block, so that its statistics can stay in
+// registers across their stores through float pointers. kCentred: x_hat
 // subtracts the mean, so the backward subtracts mean(g).
 struct LayerNormRow {
   static constexpr bool kCentred = true;
