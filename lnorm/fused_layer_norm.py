@@ -1,35 +1,42 @@
-"""layer_norm as three JAX primitives: forward, tangent map and backward.
+"""layer_norm as JAX primitives: forward, forward saving its statistics,
+tangent map and backward.
 
 ``normalization.layer_norm`` binds ``forward_p``. Differentiation goes
-through the other two, which transpose into each other, so forward mode,
-reverse mode and every higher order work:
+through the others; the tangent map and the backward transpose into each
+other, so forward mode, reverse mode and every higher order work:
 
 * ``forward_p(x, gain, bias) -> y``, ``y = gain * x_hat + bias``;
-* ``tangent_p(x, gain; tx, tgain, tbias) -> ty``, linear in the tangents:
-  ``ty = gain * d x_hat + tgain * x_hat + tbias`` with
+* ``forward_saving_p(x, gain, bias) -> (y, saved)``: y, and each row's
+  statistics (``saved``, shape ``x.shape`` without ``axes``, plus the last
+  axis (shift, mean_d, rstd)), what forward_p's JVP binds;
+* ``tangent_p(x, saved, gain; tx, tgain, tbias) -> ty``, linear in the
+  tangents: ``ty = gain * d x_hat + tgain * x_hat + tbias`` with
   ``d x_hat = rstd * (tx - mean(tx) - x_hat * mean(x_hat * tx))``;
-* ``backward_p(x, gain; dy) -> (dx, dgain, dbias)``, linear in dy: the
+* ``backward_p(x, saved, gain; dy) -> (dx, dgain, dbias)``, linear in dy: the
   transpose of the tangent map. ``d x_hat`` is symmetric in tx, so
   ``dx = rstd * (g - mean(g) - x_hat * mean(x_hat * g))`` with
   ``g = gain * dy``, and ``dgain``, ``dbias`` are the column sums of
   ``dy * x_hat`` and ``dy``.
 
-The statistics are recomputed from x wherever they are needed, so nothing
-but x, gain and bias is saved for the backward pass.
+A training step saves x, gain and the row statistics for the backward pass;
+the native backward reads the statistics, the XLA versions of the linear
+maps make their own from x (so their derivatives are those of functions of
+x, and a statistics triple from either lowering gives the same x_hat).
 
-On CPU, for float32 inputs normalized over their trailing axes,
-``forward_p`` and ``backward_p`` lower to the fused kernels of
-``lnorm/native`` (one pass over memory each way), unless the computation
-is partitioned over several devices (``native/dispatch.py``). Everything
-else (other dtypes and axes, other platforms, the tangent map, batching
-with a batched gain or bias, and the derivatives of the two linear maps)
-lowers to the XLA versions below, written with the shifted statistics described in
+On CPU, for float32 inputs normalized over their trailing axes, the two
+forwards and ``backward_p`` lower to the fused kernels of ``lnorm/native``
+(one pass over memory each way), unless the computation is partitioned over
+several devices (``native/dispatch.py``). Everything else (other dtypes and
+axes, other platforms, the tangent map, batching with a batched gain or
+bias, and the derivatives of the two linear maps) lowers to the XLA versions
+below, written with the shifted statistics described in
 ``normalization.py``. Both versions compute the same function to float
 rounding; tests hold each to a float64 reference.
 
 The machinery is not specific to layer norm: ``primitives(name, norm, ...)``
-builds the three primitives, with these rules, for any ``Norm`` (how x_hat
-comes from x, and whether it is centred). ``fused_rms_norm`` is the other.
+builds the primitives, with these rules, for any ``Norm`` (how x_hat comes
+from x, whether it is centred, how many statistics a row it saves).
+``fused_rms_norm`` is the other.
 """
 
 from __future__ import annotations
@@ -162,9 +169,10 @@ class Norm(NamedTuple):
   stats: Callable[[Array, Axes, float], Any]
   x_hat: Callable[[Array, Any], tuple[Array, Array]]
   centred: bool
+  saved: int  # statistics a row that the forward saves for the backward
 
 
-LAYER = Norm(_moments, _x_hat, centred=True)
+LAYER = Norm(_moments, _x_hat, centred=True, saved=3)  # shift, mean_d, rstd
 
 
 def _d_x_hat(x_hat, r, t, axes, centred):
@@ -180,14 +188,34 @@ def _forward_xla(x, gain, bias, *, axes, eps, norm):
   return (x_hat * p(gain) + p(bias)).astype(x.dtype)
 
 
-def _tangent_xla(x, gain, tx, tgain, tbias, *, axes, eps, norm):
+def _saved_xla(x, axes, eps, norm):
+  """The statistics the native forward saves, as XLA makes them: the leaves
+  of ``norm.stats`` (each a number a row), stacked on a last axis, in the
+  order the native kernels read them (layer norm: shift, mean_d, rstd)."""
+  leaves = jax.tree.leaves(norm.stats(x, axes, eps))
+  assert len(leaves) == norm.saved, (len(leaves), norm.saved)
+  return jnp.stack([jnp.squeeze(v, axes) for v in leaves], -1)
+
+
+def _forward_saving_xla(x, gain, bias, *, axes, eps, norm):
+  return (_forward_xla(x, gain, bias, axes=axes, eps=eps, norm=norm),
+          _saved_xla(x, axes, eps, norm))
+
+
+# The XLA versions of the linear maps take the saved statistics and make
+# their own from x: so they differentiate as functions of x alone, whatever
+# made the statistics (a native forward, or an XLA one beside a native
+# backward), and any consistent (shift, mean_d, rstd) gives the same x_hat.
+
+
+def _tangent_xla(x, saved, gain, tx, tgain, tbias, *, axes, eps, norm):
   x_hat, r = norm.x_hat(x, norm.stats(x, axes, eps))
   dx_hat = _d_x_hat(x_hat, r, tx.astype(x_hat.dtype), axes, norm.centred)
   p = lambda v: broadcast_param(v, x.shape, axes)
   return (p(gain) * dx_hat + p(tgain) * x_hat + p(tbias)).astype(x.dtype)
 
 
-def _backward_xla(x, gain, dy, *, axes, eps, norm):
+def _backward_xla(x, saved, gain, dy, *, axes, eps, norm):
   # The statistics are those of the forward pass (XLA merges the two). The
   # barrier keeps XLA from merging x_hat too: merged, XLA:CPU writes x_hat
   # (and rstd broadcast to full size) to memory for the backward kernels to
@@ -272,68 +300,98 @@ def _aval(x):
 
 class Primitives(NamedTuple):
   forward: Primitive
+  forward_saving: Primitive
   tangent: Primitive
   backward: Primitive
 
 
 def primitives(name: str, norm: Norm, native_fwd: str, native_bwd: str
                ) -> Primitives:
-  """The three primitives of ``norm`` (see the module docstring), named
-  ``name``, ``name_tangent`` and ``name_backward``; the forward and backward
-  lower on CPU to the custom-call targets ``native_fwd`` and ``native_bwd``
-  (kernels of the signature of ``lnorm_layer_norm_fwd`` and ``_bwd``)."""
+  """The primitives of ``norm`` (see the module docstring), named ``name``,
+  ``name_saving``, ``name_tangent`` and ``name_backward``. On CPU the forward
+  lowers to the custom-call target ``native_fwd``; under differentiation the
+  forward that also saves each row's statistics and the backward that reads
+  them lower to ``native_fwd + "_saving"`` and ``native_bwd + "_saved"``
+  (kernels of the signatures of ``lnorm_layer_norm_fwd_saving`` and
+  ``lnorm_layer_norm_bwd_saved``)."""
   xla = lambda fn: functools.partial(fn, norm=norm)
   forward_xla = xla(_forward_xla)
+  forward_saving_xla = xla(_forward_saving_xla)
   forward_p = _primitive(name, forward_xla, native_fwd, multiple_results=False)
+  forward_saving_p = _primitive(f"{name}_saving", forward_saving_xla,
+                                f"{native_fwd}_saving", multiple_results=True)
   tangent_p = _primitive(f"{name}_tangent", xla(_tangent_xla), None,
                          multiple_results=False)
-  backward_p = _primitive(f"{name}_backward", xla(_backward_xla), native_bwd,
-                          multiple_results=True)
+  backward_p = _primitive(f"{name}_backward", xla(_backward_xla),
+                          f"{native_bwd}_saved", multiple_results=True)
+
+  def saved_aval(x, axes):
+    rows = tuple(n for i, n in enumerate(x.shape) if i not in axes)
+    return jax.core.ShapedArray(rows + (norm.saved,),
+                                jnp.promote_types(x.dtype, jnp.float32))
 
   forward_p.def_abstract_eval(lambda x, gain, bias, **_: _aval(x))
-  tangent_p.def_abstract_eval(lambda x, gain, tx, tgain, tbias, **_: _aval(x))
+  forward_saving_p.def_abstract_eval(
+      lambda x, gain, bias, *, axes, **_: (_aval(x), saved_aval(x, axes)))
+  tangent_p.def_abstract_eval(
+      lambda x, saved, gain, tx, tgain, tbias, **_: _aval(x))
   backward_p.def_abstract_eval(
-      lambda x, gain, dy, **_: (_aval(x), _aval(gain), _aval(gain)))
+      lambda x, saved, gain, dy, **_: (_aval(x), _aval(gain), _aval(gain)))
 
   def forward_jvp(primals, tangents, **params):
     x, gain, bias = primals
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    y = forward_p.bind(x, gain, bias, **params)
-    return y, tangent_p.bind(x, gain, *tangents, **params)
+    y, saved = forward_saving_p.bind(x, gain, bias, **params)
+    return y, tangent_p.bind(x, saved, gain, *tangents, **params)
 
-  def forward_batched(args, dims, **params):
-    x, gain, bias = args
-    dx, dgain, dbias = dims
-    if dgain is None and dbias is None:  # unbatched
-      # A batch of x alone is more rows: the primitive itself, fused kernel
-      # included.
-      axes = tuple(a + 1 for a in params["axes"])
-      return forward_p.bind(jnp.moveaxis(x, dx, 0), gain, bias,
-                            **{**params, "axes": axes}), 0
-    return jax.vmap(_xla(forward_xla, params), in_axes=dims)(*args), 0
+  def forward_saving_jvp(primals, tangents, **params):
+    # The saved statistics feed only the linear maps, whose derivatives come
+    # from x (their XLA versions make their own statistics): no tangent.
+    x, gain, bias = primals
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    y, saved = forward_saving_p.bind(x, gain, bias, **params)
+    ty = tangent_p.bind(x, saved, gain, *tangents, **params)
+    return (y, saved), (ty, jnp.zeros_like(saved))
 
-  def tangent_transpose(dy, x, gain, tx, tgain, tbias, **params):
-    assert not ad.is_undefined_primal(x) and not ad.is_undefined_primal(gain)
+  def batched(p, xla_fn):
+    def rule(args, dims, **params):
+      x, gain, bias = args
+      dx, dgain, dbias = dims
+      out_dims = (0, 0) if p.multiple_results else 0
+      if dgain is None and dbias is None:  # unbatched
+        # A batch of x alone is more rows: the primitive itself, fused
+        # kernel included.
+        axes = tuple(a + 1 for a in params["axes"])
+        return p.bind(jnp.moveaxis(x, dx, 0), gain, bias,
+                      **{**params, "axes": axes}), out_dims
+      return jax.vmap(_xla(xla_fn, params), in_axes=dims)(*args), out_dims
+    return rule
+
+  def tangent_transpose(dy, x, saved, gain, tx, tgain, tbias, **params):
+    assert not any(map(ad.is_undefined_primal, (x, saved, gain)))
     if type(dy) is ad.Zero:
-      return [None] * 5
-    cts = backward_p.bind(x, gain, dy, **params)
-    return [None, None] + [ct if ad.is_undefined_primal(t) else None
-                           for ct, t in zip(cts, (tx, tgain, tbias))]
+      return [None] * 6
+    cts = backward_p.bind(x, saved, gain, dy, **params)
+    return [None, None, None] + [ct if ad.is_undefined_primal(t) else None
+                                 for ct, t in zip(cts, (tx, tgain, tbias))]
 
-  def backward_transpose(cts, x, gain, dy, **params):
-    assert not ad.is_undefined_primal(x) and not ad.is_undefined_primal(gain)
+  def backward_transpose(cts, x, saved, gain, dy, **params):
+    assert not any(map(ad.is_undefined_primal, (x, saved, gain)))
     if all(type(ct) is ad.Zero for ct in cts):
-      return [None] * 3
+      return [None] * 4
     avals = (_aval(x), _aval(gain), _aval(gain))
     cts = [jnp.zeros(a.shape, a.dtype) if type(ct) is ad.Zero else ct
            for ct, a in zip(cts, avals)]
-    return [None, None, tangent_p.bind(x, gain, *cts, **params)]
+    return [None, None, None, tangent_p.bind(x, saved, gain, *cts, **params)]
 
   ad.primitive_jvps[forward_p] = forward_jvp
-  batching.primitive_batchers[forward_p] = forward_batched
+  ad.primitive_jvps[forward_saving_p] = forward_saving_jvp
+  batching.primitive_batchers[forward_p] = batched(forward_p, forward_xla)
+  batching.primitive_batchers[forward_saving_p] = batched(forward_saving_p,
+                                                          forward_saving_xla)
   ad.primitive_transposes[tangent_p] = tangent_transpose
   ad.primitive_transposes[backward_p] = backward_transpose
-  return Primitives(forward_p, tangent_p, backward_p)
+  return Primitives(forward_p, forward_saving_p, tangent_p, backward_p)
 
 
 def bind(prims: Primitives, x: Array, gain: Array, bias: Array, *, axes: Axes,
@@ -345,7 +403,7 @@ def bind(prims: Primitives, x: Array, gain: Array, bias: Array, *, axes: Axes,
 
 LAYER_PRIMITIVES = primitives("lnorm_layer_norm", LAYER, "lnorm_layer_norm_fwd",
                               "lnorm_layer_norm_bwd")
-forward_p, tangent_p, backward_p = LAYER_PRIMITIVES
+forward_p, forward_saving_p, tangent_p, backward_p = LAYER_PRIMITIVES
 
 
 def normalize(x: Array, gain: Array, bias: Array, *, axes: Axes, eps: float,

@@ -60,6 +60,49 @@ def test_native_kernels_serve_float32_trailing_axes_on_cpu():
       lambda x: F.normalize(x, g, b, axes=(1,), eps=EPS, native=False), x)
 
 
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_the_backward_reads_the_statistics_the_forward_saved(norm):
+  """A gradient runs the saving forward and the backward that reads its
+  statistics; the saved statistics give x_hat to float32 rounding (float64
+  reference), whichever lowering made them; the native backward reads them
+  (changed statistics change dx) and the XLA version makes its own."""
+  if not native.load():
+    pytest.skip("native kernels unavailable")
+  from lnorm import fused_rms_norm as R  # pylint: disable=import-outside-toplevel
+  prims = F.LAYER_PRIMITIVES if norm == "layer" else R.RMS_PRIMITIVES
+  x, g, b, dy = data((37, 300))
+  x = x * 3 + (100 if norm == "layer" else 0)  # far from zero: the shift matters
+  loss = lambda x, g, b: jnp.sum(prims.forward.bind(
+      x, g, b, axes=(1,), eps=EPS, native=True) * dy)
+  text = hlo(jax.grad(loss, argnums=(0, 1, 2)), x, g, b)
+  assert f"lnorm_{norm}_norm_fwd_saving" in text and f"lnorm_{norm}_norm_bwd_saved" in text
+
+  def saving(native_):
+    return jax.jit(lambda x: prims.forward_saving.bind(
+        x, g, b, axes=(1,), eps=EPS, native=native_))(x)
+
+  x64 = np.asarray(x, np.float64)
+  if norm == "layer":
+    ref = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + EPS)
+    x_hat = lambda s: (((x64 - s[:, :1]) - s[:, 1:2]) * s[:, 2:])
+  else:
+    ref = x64 / np.sqrt(np.mean(x64 ** 2, 1, keepdims=True) + EPS)
+    x_hat = lambda s: x64 * s
+  bound = 16 * np.finfo(np.float32).eps * np.abs(ref).max()
+  for native_ in (True, False):
+    y, saved = saving(native_)
+    assert saved.shape == (37, 3 if norm == "layer" else 1) and saved.dtype == jnp.float32
+    np.testing.assert_allclose(x_hat(np.asarray(saved, np.float64)), ref, rtol=0, atol=bound)
+
+  _, saved = saving(True)
+  off = saved.at[:, -1].multiply(2.0)  # rstd (rrms) doubled
+  back = lambda saved, native_: jax.jit(lambda s: prims.backward.bind(
+      x, s, g, dy, axes=(1,), eps=EPS, native=native_))(saved)
+  dx, dx_off = back(saved, True)[0], back(off, True)[0]
+  assert not np.allclose(dx, dx_off)
+  np.testing.assert_array_equal(back(saved, False)[0], back(off, False)[0])
+
+
 def test_float64_gain_beside_float32_input_takes_the_xla_version():
   # With x64 on, a float64 gain and bias beside a float32 x once reached the
   # float32 kernel and failed inside XLA; they take the XLA version, in the

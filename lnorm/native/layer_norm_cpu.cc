@@ -19,9 +19,10 @@
 // y = x_hat * gain + bias. A sum of squares does not cancel: one pass, no
 // shift.
 //
-// The backward passes recompute the statistics from x (the same code, so the
-// same numbers) and, with g = dy * gain, a = mean(g), b = mean(g * x_hat),
-// r = rstd or rrms:
+// The backward passes take the statistics that the forward saved (the
+// _saving / _saved pair: a training step's), or make them again from x (the
+// same code, so the same numbers), and, with g = dy * gain, a = mean(g),
+// b = mean(g * x_hat), r = rstd or rrms:
 //   dx    = r * (g - a - x_hat * b)        (layer norm)
 //   dx    = r * (g - x_hat * b)            (RMS norm: x_hat is not centred)
 //   dgain = sum over rows of dy * x_hat,  dbias = sum over rows of dy.
@@ -264,6 +265,10 @@ struct LayerNormRow {
     BlockStats(x, m, n, eps, st);
     for (int64_t j = 0; j < m; ++j) rows[j].st = st[j];
   }
+  // The statistics as the forward saves them for the backward.
+  static constexpr int64_t kSaved = 3;
+  void Save(float* out) const { out[0] = st.shift, out[1] = st.mean_d, out[2] = st.rstd; }
+  void Restore(const float* in) { st = {in[0], in[1], in[2]}; }
   float scale() const { return st.rstd; }
   f8 XHat(f8 x) const { return ((x - st.shift) - st.mean_d) * st.rstd; }
   float XHat(float x) const { return ((x - st.shift) - st.mean_d) * st.rstd; }
@@ -275,6 +280,9 @@ struct RmsNormRow {
   static void Block(const float* x, int64_t m, int64_t n, float eps, RmsNormRow* rows) {
     for (int64_t j = 0; j < m; ++j) rows[j].rrms = RmsScale(x + j * n, n, eps);
   }
+  static constexpr int64_t kSaved = 1;
+  void Save(float* out) const { out[0] = rrms; }
+  void Restore(const float* in) { rrms = in[0]; }
   float scale() const { return rrms; }
   f8 XHat(f8 x) const { return x * rrms; }
   float XHat(float x) const { return x * rrms; }
@@ -288,10 +296,11 @@ ffi::Error CheckShapes(const ffi::Buffer<ffi::F32>& x, int64_t n) {
   return ffi::Error::Success();
 }
 
+// saved: null, or Row::kSaved floats a row, the statistics the backward reads.
 template <typename Row>
-ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                   ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> bias,
-                   float eps, ffi::ResultBuffer<ffi::F32> y) {
+ffi::Error RunForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                      ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> bias,
+                      float eps, ffi::ResultBuffer<ffi::F32> y, float* saved) {
   const int64_t n = gain.element_count();
   if (auto e = CheckShapes(x, n); e.failure()) return e;
   const int64_t rows = x.element_count() / n;
@@ -308,6 +317,9 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
       const int64_t m = std::min(block_rows, r1 - rb);
       Row::Block(xp + rb * n, m, n, eps, block);
+      if (saved != nullptr) {
+        for (int64_t j = 0; j < m; ++j) block[j].Save(saved + (rb + j) * Row::kSaved);
+      }
       for (int64_t j = 0; j < m; ++j) {
         const Row row = block[j];
         const float* xr = xp + (rb + j) * n;
@@ -327,12 +339,13 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
 // double accumulators, so their error does not grow with the batch.
 constexpr int64_t kFlushRows = 64;
 
+// saved: null (the statistics are made again from x), or the forward's.
 template <typename Row>
-ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                    ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> dy,
-                    float eps, ffi::ResultBuffer<ffi::F32> dx,
-                    ffi::ResultBuffer<ffi::F32> dgain,
-                    ffi::ResultBuffer<ffi::F32> dbias) {
+ffi::Error RunBackward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                       ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> dy,
+                       float eps, ffi::ResultBuffer<ffi::F32> dx,
+                       ffi::ResultBuffer<ffi::F32> dgain,
+                       ffi::ResultBuffer<ffi::F32> dbias, const float* saved) {
   const int64_t n = gain.element_count();
   if (auto e = CheckShapes(x, n); e.failure()) return e;
   const int64_t rows = x.element_count() / n;
@@ -360,7 +373,11 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
     float a[kBlockRows], bb[kBlockRows];
     for (int64_t rb = r0; rb < r1; rb += block_rows) {
       const int64_t m = std::min(block_rows, r1 - rb);
-      Row::Block(xp + rb * n, m, n, eps, block);
+      if (saved == nullptr) {
+        Row::Block(xp + rb * n, m, n, eps, block);
+      } else {
+        for (int64_t j = 0; j < m; ++j) block[j].Restore(saved + (rb + j) * Row::kSaved);
+      }
       // a = mean(g) (layer norm only) and b = mean(g * x_hat): 8 float lanes
       // each, moved into double every kLaneTerms steps.
       for (int64_t j = 0; j < m; ++j) {
@@ -460,6 +477,70 @@ auto BackwardBinding() {
 
 }  // namespace
 
+// The pair that makes the statistics each: forward (x, gain, bias; eps) -> y,
+// backward (x, gain, dy; eps) -> (dx, dgain, dbias).
+template <typename Row>
+ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                   ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> bias,
+                   float eps, ffi::ResultBuffer<ffi::F32> y) {
+  return RunForward<Row>(pool, x, gain, bias, eps, y, nullptr);
+}
+
+template <typename Row>
+ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                    ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> dy,
+                    float eps, ffi::ResultBuffer<ffi::F32> dx,
+                    ffi::ResultBuffer<ffi::F32> dgain,
+                    ffi::ResultBuffer<ffi::F32> dbias) {
+  return RunBackward<Row>(pool, x, gain, dy, eps, dx, dgain, dbias, nullptr);
+}
+
+// The pair that passes the statistics: forward (x, gain, bias; eps) -> (y,
+// saved), backward (x, saved, gain, dy; eps) -> (dx, dgain, dbias); saved is
+// [rows, Row::kSaved].
+template <typename Row>
+ffi::Error ForwardSaving(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                         ffi::Buffer<ffi::F32> gain, ffi::Buffer<ffi::F32> bias,
+                         float eps, ffi::ResultBuffer<ffi::F32> y,
+                         ffi::ResultBuffer<ffi::F32> saved) {
+  const int64_t n = gain.element_count();
+  if (n > 0 && saved->element_count() != x.element_count() / n * Row::kSaved) {
+    return ffi::Error::InvalidArgument("lnorm norm kernel: saved is not rows x kSaved");
+  }
+  return RunForward<Row>(pool, x, gain, bias, eps, y, saved->typed_data());
+}
+
+template <typename Row>
+ffi::Error BackwardSaved(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                         ffi::Buffer<ffi::F32> saved, ffi::Buffer<ffi::F32> gain,
+                         ffi::Buffer<ffi::F32> dy, float eps,
+                         ffi::ResultBuffer<ffi::F32> dx,
+                         ffi::ResultBuffer<ffi::F32> dgain,
+                         ffi::ResultBuffer<ffi::F32> dbias) {
+  const int64_t n = gain.element_count();
+  if (n > 0 && saved.element_count() != x.element_count() / n * Row::kSaved) {
+    return ffi::Error::InvalidArgument("lnorm norm kernel: saved is not rows x kSaved");
+  }
+  return RunBackward<Row>(pool, x, gain, dy, eps, dx, dgain, dbias, saved.typed_data());
+}
+
+auto ForwardSavingBinding() {
+  return Arguments().Ret<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>();
+}
+
+auto BackwardSavedBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::F32>>()  // x
+      .Arg<ffi::Buffer<ffi::F32>>()  // saved
+      .Arg<ffi::Buffer<ffi::F32>>()  // gain
+      .Arg<ffi::Buffer<ffi::F32>>()  // dy
+      .Attr<float>("eps")
+      .Ret<ffi::Buffer<ffi::F32>>()   // dx
+      .Ret<ffi::Buffer<ffi::F32>>()   // dgain
+      .Ret<ffi::Buffer<ffi::F32>>();  // dbias
+}
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLayerNormFwd, Forward<LayerNormRow>,
                               ForwardBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLayerNormBwd, Backward<LayerNormRow>,
@@ -468,3 +549,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormRmsNormFwd, Forward<RmsNormRow>,
                               ForwardBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormRmsNormBwd, Backward<RmsNormRow>,
                               BackwardBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLayerNormFwdSaving, ForwardSaving<LayerNormRow>,
+                              ForwardSavingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormLayerNormBwdSaved, BackwardSaved<LayerNormRow>,
+                              BackwardSavedBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormRmsNormFwdSaving, ForwardSaving<RmsNormRow>,
+                              ForwardSavingBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LnormRmsNormBwdSaved, BackwardSaved<RmsNormRow>,
+                              BackwardSavedBinding());

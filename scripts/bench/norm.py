@@ -14,8 +14,8 @@ a gain and a bias, eps=1e-5) it times, side by side in this one process:
   fixed random cotangent) with respect to x, gain and bias, all four
   returned, as in a training step, which needs the forward's output too.
   (Returning the gradients alone would let XLA drop a forward pass whose
-  output the backward does not read: ours, whose backward kernel recomputes
-  the statistics from x, would then be timed without its forward.)
+  output the backward does not read: ``base``, whose backward kernel makes
+  the statistics again from x, would then be timed without its forward.)
 
 ``ours`` is ``lnorm.normalization.layer_norm``, which on CPU runs the fused
 native kernels of ``lnorm/native`` (where they built). ``xla`` is the same
@@ -152,7 +152,9 @@ def base_layer_norm(x, g, b):
 
 
 def base_fwd_bwd(x, g, b, dy):
-  """What ours lowers to: the forward kernel, then the backward kernel."""
+  """The forward kernel, then the backward kernel that makes the statistics
+  again from x: the pair every version of the file has (ours now runs the
+  pair that passes the statistics from one to the other)."""
   out = (jax.ShapeDtypeStruct(x.shape, x.dtype),
          jax.ShapeDtypeStruct(g.shape, g.dtype),
          jax.ShapeDtypeStruct(g.shape, g.dtype))
