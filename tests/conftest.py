@@ -9,8 +9,15 @@ from lnorm import fused_layer_norm
 from lnorm import native
 from lnorm.recurrent import gru_scan, lstm_scan
 
+# Three tiers. The fast suite (`python -m pytest`); the slow tests (`-m "slow
+# and not grid"`): end-to-end runs, resumes, faults, data parallelism, and a
+# cover of each costly grid; the grid remainder (`-m grid`, also marked slow):
+# the cases of those grids beyond their cover, the rest of the products of
+# parameter values each of which a cover already runs. `-m "not grid"` (the
+# README's test command, what CI runs) is the fast and the slow tests.
+
 # The heaviest cases of test families whose other cases stay in the fast suite
-# (`python -m pytest`); the slow suite (`-m slow`) runs them.
+# (each the one case of a parameter value, so the slow tests run them).
 SLOW_CASES = {
     "test_recurrent_lstm.py::test_lstm_gradients_exact_in_float64[layer]",
     "test_recurrent_lstm.py::test_lstm_gradients_exact_in_float64[layer_c]",
@@ -33,7 +40,7 @@ SLOW_PREFIXES = (  # every case but the first of these bad-input families
 
 # Grids whose every case costs seconds (a compile each): the fast suite runs the
 # listed cases, chosen so that each value of each parameter appears at least
-# once (every norm, flag and size, not their product); the slow suite the rest.
+# once (every norm, flag and size, not their product); the grid remainder the rest.
 FAST_COVER = {
     "test_recurrent_lstm.py::test_lstm_native_scans_match_xla_and_float64": {
         "layer-True-B11-H100-T6-I4",  # the size whose error bound once failed on AVX-512
@@ -61,6 +68,29 @@ FAST_COVER = {
         "LSTMCell(none)", "LSTMCell(layer_c)", "GRUCell(layer)", "RNNCell(none)"},
     "test_recurrent_cells.py::test_float64_params_match_numpy_to_float64_precision": {
         "LSTMCell(layer)", "GRUCell(none)", "RNNCell(layer)"},
+}
+
+# The same for grids marked slow in their files: the slow tests run the listed
+# cases (each parameter value at least once), the grid remainder the rest.
+SLOW_COVER = {
+    "test_recurrent_lstm.py::test_lstm_matches_recurrent_cell": {
+        "native-none-True-256", "xla-layer-False-5", "native-layer_c-True-5"},
+    "test_recurrent_lstm.py::test_lstm_second_order_and_vmap": {
+        "native-layer", "xla-none", "native-layer_c"},
+    "test_recurrent_lstm.py::test_lstm_matches_nn_rnn_and_defaults": {
+        "native-layer", "xla-none", "native-layer_c"},
+    "test_recurrent_lstm.py::test_lstm_empty_batch": {"native-layer", "xla-none", "xla-layer_c"},
+    "test_recurrent_gru.py::test_gru_second_order_and_vmap": {"native-layer", "xla-none"},
+    "test_recurrent_gru.py::test_gru_matches_recurrent_cell": {"native-layer-True", "xla-none-False"},
+    "test_layers.py::test_dtype_and_param_dtype_as_in_flax": {
+        "none-conv", "layer-dense", "batch-conv", "weight-dense", "rms-conv"},
+    "test_recurrent_cells.py::test_gradients_are_finite": {
+        "LSTMCell(layer_c)", "LSTMCell(batch)", "GRUCell(layer)", "RNNCell(none)"},
+    "test_recurrent_cells.py::test_bfloat16_compute_keeps_the_carry_type": {
+        "LSTMCell(layer_c)", "LSTMCell(batch)", "GRUCell(layer)", "RNNCell(none)"},
+    "test_reader_batching.py::test_cut_step_equals_full_step": {
+        "none-False", "layer-False", "batch-True"},
+    "test_reader_batching.py::test_cut_evaluation_equals_full": {"layer-False"},
 }
 
 
@@ -98,19 +128,22 @@ def pytest_collection_modifyitems(config, items):
     name = item.nodeid.split("/")[-1]
     prefix = next((p for p in SLOW_PREFIXES if name.startswith(p)), None)
     family, _, case = name.partition("[")
-    cover = FAST_COVER.get(family)
-    if (name in SLOW_CASES or (prefix is not None and prefix in seen)
-        or (cover is not None and case[:-1] not in cover)):
+    cover = FAST_COVER.get(family, SLOW_COVER.get(family))
+    if name in SLOW_CASES or (prefix is not None and prefix in seen):
       item.add_marker(pytest.mark.slow)
+    elif cover is not None and case[:-1] not in cover:
+      item.add_marker(pytest.mark.slow)
+      item.add_marker(pytest.mark.grid)
     if prefix is not None:
       seen.add(prefix)
-  # A renamed case would silently drop its family from the fast suite.
+  # A renamed case would silently drop its family from its cover.
   names = {item.nodeid.split("/")[-1] for item in items}
   families = {n.partition("[")[0] for n in names}
-  missing = sorted(f"{f}[{c}]" for f, cases in FAST_COVER.items() if f in families
-                   for c in cases if f"{f}[{c}]" not in names)
-  if missing and not config.getoption("keyword"):
-    raise pytest.UsageError(f"FAST_COVER names cases that are not collected: {missing}")
+  for label, covers in (("FAST_COVER", FAST_COVER), ("SLOW_COVER", SLOW_COVER)):
+    missing = sorted(f"{f}[{c}]" for f, cases in covers.items() if f in families
+                     for c in cases if f"{f}[{c}]" not in names)
+    if missing and not config.getoption("keyword"):
+      raise pytest.UsageError(f"{label} names cases that are not collected: {missing}")
 
 
 @pytest.fixture(autouse=True)
