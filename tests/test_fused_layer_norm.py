@@ -6,6 +6,8 @@ float64 layer norm (the derivatives), written from the paper's equations.
 
 import functools
 import os
+from pathlib import Path
+import shutil
 import subprocess
 import sys
 
@@ -18,6 +20,7 @@ from lnorm import fused_layer_norm as F
 from lnorm import native
 from lnorm import normalization as N
 from tests.references import naive_layer_norm, rel_err
+from tests.run_records import REPO
 
 RNG = np.random.default_rng(1)
 EPS = 1e-5
@@ -315,3 +318,28 @@ def test_build_is_cached(tmp_path, monkeypatch):
   assert [p.name for p in cache.iterdir()] == [path.name]  # no temporaries left
   src.write_text('extern "C" int lnorm_tiny() { return 2; }\n')  # another source, another build
   assert native.build() != path and len(list(cache.iterdir())) == 2
+
+
+@pytest.mark.slow
+def test_concurrent_first_uses_build_once(tmp_path):
+  if native.mode() == "off":
+    pytest.skip("LNORM_NATIVE=off")
+  # Two processes' first use at once, with a compiler slowed by 2 s a call so
+  # that they overlap: one builds, the other waits for it and loads its library.
+  src = tmp_path / "tiny.cc"
+  src.write_text('extern "C" int lnorm_tiny() { return 1; }\n')
+  cxx = tmp_path / "slow_cxx"
+  cxx.write_text(f'#!/bin/sh\nsleep 2\nexec {shutil.which(native._compiler())} "$@"\n')  # pylint: disable=protected-access
+  cxx.chmod(0o755)
+  cache = tmp_path / "cache"
+  code = ("import pathlib, sys; from lnorm import native; "
+          "native.SOURCES, native.HEADERS = (pathlib.Path(sys.argv[1]),), (); print(native.build())")
+  env = {**os.environ, "CXX": str(cxx), "LNORM_CACHE_DIR": str(cache)}
+  procs = [subprocess.Popen([sys.executable, "-c", code, str(src)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for _ in range(2)]
+  outs = [p.communicate(timeout=120) for p in procs]
+  assert all(p.returncode == 0 for p in procs), outs
+  assert outs[0][0] == outs[1][0]
+  assert sum(err.count("building the native CPU kernels") for _, err in outs) == 1
+  assert [p.name for p in cache.iterdir()] == [Path(outs[0][0].strip()).name]

@@ -18,9 +18,11 @@ time their phases and print them at exit (``phase_times.h``).
 The library is cached in ``$LNORM_CACHE_DIR`` (default
 ``$XDG_CACHE_HOME/lnorm`` or ``~/.cache/lnorm``) under a name hashed from the
 source, the flags, the compiler, jaxlib and the host CPU, so a change to any
-of them rebuilds it. It is written to a temporary file and renamed into place,
-so concurrent first uses (pytest workers, ``reproduce.py --jobs``) never load
-a half-written file.
+of them rebuilds it. Concurrent first uses (pytest workers, ``reproduce.py
+--jobs``) take a lock on the cache folder: one builds, its sources compiled at
+once, one compiler a source, the others wait and load its library; it is
+linked in a temporary folder and renamed into place, so nothing loads a
+half-written file.
 """
 
 from __future__ import annotations
@@ -118,24 +120,42 @@ def build() -> Path:
   out = cache_dir() / f"lnorm_cpu-{key}.so"
   if out.exists():
     return out
-  # Once per machine and source version: say so, as it takes a while.
-  print(f"lnorm: building the native CPU kernels into {out} (first use; cached "
-        "afterwards)", file=sys.stderr, flush=True)
+  import fcntl  # pylint: disable=g-import-not-at-top  # POSIX: where the kernels build
   out.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
-  os.close(fd)
+  folder = os.open(out.parent, os.O_RDONLY)
   try:
-    proc = subprocess.run(
-        [cxx, *flags(), "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o",
-         tmp],
-        capture_output=True, text=True)
+    fcntl.flock(folder, fcntl.LOCK_EX)  # released when the descriptor closes
+    if out.exists():  # another process built it while this one waited
+      return out
+    # Once per machine and source version: say so, as it takes a while.
+    print(f"lnorm: building the native CPU kernels into {out} (first use; cached "
+          "afterwards)", file=sys.stderr, flush=True)
+    _compile_and_link(cxx, out)
+  finally:
+    os.close(folder)
+  return out
+
+
+def _compile_and_link(cxx: str, out: Path) -> None:
+  """Every source to an object file at once (one compiler a source: the
+  build's time is its largest source's), then the objects into ``out``."""
+  with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+    objects = [Path(tmp) / f"{i}_{src.stem}.o" for i, src in enumerate(SOURCES)]
+    compile_flags = [f for f in flags() if f != "-shared"]
+    procs = [subprocess.Popen(
+        [cxx, *compile_flags, "-I", jax.ffi.include_dir(), "-c", str(src), "-o", str(obj)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for src, obj in zip(SOURCES, objects)]
+    errors = [p.communicate()[1] for p in procs]
+    failed = [e for p, e in zip(procs, errors) if p.returncode != 0]
+    if failed:
+      raise OSError(f"{cxx} failed: {failed[0].strip()[-2000:]}")
+    lib = Path(tmp) / out.name
+    proc = subprocess.run([cxx, "-shared", "-fPIC", *map(str, objects), "-o", str(lib)],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
       raise OSError(f"{cxx} failed: {proc.stderr.strip()[-2000:]}")
-    os.replace(tmp, out)
-  finally:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-  return out
+    os.replace(lib, out)
 
 
 @functools.cache
@@ -148,7 +168,7 @@ def load() -> bool:
     for target, symbol in TARGETS.items():
       jax.ffi.register_ffi_target(
           target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
-  except (OSError, subprocess.SubprocessError, AttributeError) as e:
+  except (OSError, subprocess.SubprocessError, AttributeError, ImportError) as e:
     if mode() == "require":
       raise RuntimeError(f"lnorm: LNORM_NATIVE=require, but the native CPU "
                          f"kernels could not be built: {e}") from e
