@@ -70,9 +70,28 @@ FAST_COVER = {
         "LSTMCell(layer)", "GRUCell(none)", "RNNCell(layer)"},
 }
 
-# The same for grids marked slow in their files: the slow tests run the listed
-# cases (each parameter value at least once), the grid remainder the rest.
+# The slow tests' share of each costly grid: for a FAST_COVER family, the cases
+# that run the values its fast cover leaves out (sizes such as H=1100, norms
+# such as scale); for a family marked slow in its file, a cover of its own.
+# Each parameter value of each grid runs in the fast or the slow tests; the
+# grid remainder (`-m grid`) is the rest of the products.
 SLOW_COVER = {
+    "test_recurrent_lstm.py::test_lstm_native_scans_match_xla_and_float64": {
+        "none-False-B4-H257-T6-I4", "none-False-B1-H1100-T6-I4"},
+    "test_recurrent_lstm.py::test_lstm_native_dw_matches_xla_dw": {"none-False"},
+    "test_recurrent_gru.py::test_gru_native_steps_match_xla_and_float64": {"none-False-B4-H257"},
+    "test_norms_registry.py::test_sequence_layer_falls_back_to_the_cells_scan": {
+        "LSTM-LSTMCell-False-rms", "LSTM-LSTMCell-False-scale"},
+    "test_norms_registry.py::test_lstm_batch_norm_is_the_cells_scan_with_its_statistics": {
+        "False"},
+    "test_bench_transformer_peer.py::test_losses_and_update_agree_with_float64_torch": {
+        "sdpa-none"},
+    "test_fused_layer_norm.py::test_forward_and_gradients_match_float64": {"native-shape5"},
+    "test_recurrent_cells.py::test_mask_freezes_carry_and_zeroes_outputs": {
+        "LSTMCell(layer)", "GRUCell(none)", "RNNCell(layer)"},
+    "test_recurrent_cells.py::test_float64_params_match_numpy_to_float64_precision": {
+        "LSTMCell(none)", "LSTMCell(layer_c)", "GRUCell(layer)", "RNNCell(none)"},
+    # Families marked slow in their files:
     "test_recurrent_lstm.py::test_lstm_matches_recurrent_cell": {
         "native-none-True-256", "xla-layer-False-5", "native-layer_c-True-5"},
     "test_recurrent_lstm.py::test_lstm_second_order_and_vmap": {
@@ -84,13 +103,8 @@ SLOW_COVER = {
     "test_recurrent_gru.py::test_gru_matches_recurrent_cell": {"native-layer-True", "xla-none-False"},
     "test_layers.py::test_dtype_and_param_dtype_as_in_flax": {
         "none-conv", "layer-dense", "batch-conv", "weight-dense", "rms-conv"},
-    "test_recurrent_cells.py::test_gradients_are_finite": {
-        "LSTMCell(layer_c)", "LSTMCell(batch)", "GRUCell(layer)", "RNNCell(none)"},
-    "test_recurrent_cells.py::test_bfloat16_compute_keeps_the_carry_type": {
-        "LSTMCell(layer_c)", "LSTMCell(batch)", "GRUCell(layer)", "RNNCell(none)"},
     "test_reader_batching.py::test_cut_step_equals_full_step": {
         "none-False", "layer-False", "batch-True"},
-    "test_reader_batching.py::test_cut_evaluation_equals_full": {"layer-False"},
 }
 
 
@@ -128,10 +142,14 @@ def pytest_collection_modifyitems(config, items):
     name = item.nodeid.split("/")[-1]
     prefix = next((p for p in SLOW_PREFIXES if name.startswith(p)), None)
     family, _, case = name.partition("[")
-    cover = FAST_COVER.get(family, SLOW_COVER.get(family))
+    fast_cover, slow_cover = FAST_COVER.get(family), SLOW_COVER.get(family)
     if name in SLOW_CASES or (prefix is not None and prefix in seen):
       item.add_marker(pytest.mark.slow)
-    elif cover is not None and case[:-1] not in cover:
+    elif fast_cover is not None and case[:-1] not in fast_cover:
+      item.add_marker(pytest.mark.slow)
+      if slow_cover is None or case[:-1] not in slow_cover:
+        item.add_marker(pytest.mark.grid)
+    elif fast_cover is None and slow_cover is not None and case[:-1] not in slow_cover:
       item.add_marker(pytest.mark.slow)
       item.add_marker(pytest.mark.grid)
     if prefix is not None:
