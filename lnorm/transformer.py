@@ -69,7 +69,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lnorm import dense_dot
 from lnorm import norms
 from lnorm.layers import Normalize
 
@@ -218,7 +217,7 @@ def _dense(features: int, dtype, name: str, scale: float = 1.0) -> nn.Dense:
   if scale != 1.0:
     init = lambda key, shape, dt, f=init: f(key, shape, dt) * scale
   return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32, kernel_init=init,
-                  dot_general=dense_dot.dot_general, name=name)
+                  name=name)
 
 
 class CausalSelfAttention(nn.Module):
