@@ -25,8 +25,10 @@ x, and a statistics triple from either lowering gives the same x_hat).
 
 On CPU, for float32 inputs normalized over their trailing axes, the two
 forwards and ``backward_p`` lower to the fused kernels of ``lnorm/native``
-(one pass over memory each way), unless the computation is partitioned over
-several devices (``native/dispatch.py``). Everything else (other dtypes and
+(one pass over memory each way). Where a jit partitions the computation over
+several devices, they lower through ``custom_partitioning`` (``_split_rows``),
+which gives the kernels a sharding rule: each device runs them on its own
+rows. Everything else (other dtypes and
 axes, other platforms, the tangent map, batching with a batched gain or
 bias, and the derivatives of the two linear maps) lowers to the XLA versions
 below, written with the shifted statistics described in
@@ -47,9 +49,11 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 from jax import lax
+from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 
 from lnorm import native
@@ -252,8 +256,87 @@ def _xla(xla_fn, params):
   return functools.partial(xla_fn, axes=params["axes"], eps=params["eps"])
 
 
+def _devices_at_lowering(p: Primitive) -> bool:
+  """Asks JAX to lower computations holding ``p`` with their devices known,
+  as ``custom_partitioning`` needs (its own primitive is so registered); a
+  JAX without that registry keeps the XLA versions in split computations."""
+  try:
+    from jax._src import dispatch as jax_dispatch  # pylint: disable=g-import-not-at-top
+    jax_dispatch.prim_requires_devices_during_lowering.add(p)
+  except (ImportError, AttributeError):
+    return False
+  return True
+
+
+def _split_rows(p: Primitive, roles_in: str, roles_out: str) -> Callable[..., Any] | None:
+  """A lowering of ``p``'s native kernels in a computation a jit partitions
+  over devices, or None where JAX cannot give it one.
+
+  A custom call has no sharding rule, so the SPMD partitioner would gather its
+  operands whole onto every device. ``custom_partitioning`` gives it one: the
+  rows (x's leading axes) split as x's are, the normalized axes, gain and bias
+  whole. Each device's part is lowered with every mesh axis manual, where
+  ``dispatch.partitioned`` is False, so there ``p`` takes its kernels on the
+  device's rows; the parameters' gradients (role ``p`` among the results) are
+  summed over the mesh axes that split the rows. Roles, one a operand or
+  result: ``x`` rows and normalized axes (x, y, dy, dx), ``p`` normalized
+  axes (gain, bias and their gradients), ``s`` rows and a last axis (the
+  saved statistics).
+  """
+  if not _devices_at_lowering(p):
+    return None
+
+  @functools.partial(custom_partitioning, static_argnums=(0, 1))
+  def call(axes, eps, *args):
+    return p.bind(*args, axes=axes, eps=eps, native=True)
+
+  def partition(axes, eps, mesh, arg_shapes, result_shape):
+    x = arg_shapes[0]
+    n_rows = x.ndim - len(axes)
+    spec = tuple(x.sharding.spec) if isinstance(x.sharding, NamedSharding) else ()
+    rows = (spec + (None,) * n_rows)[:n_rows]
+    split_by = tuple(a for s in rows if s is not None
+                     for a in ((s,) if isinstance(s, str) else s))
+
+    def sharding(role, ndim):
+      spec = (*rows, *(None,) * (ndim - n_rows)) if role in "xs" else ()
+      return NamedSharding(mesh, PartitionSpec(*spec))
+
+    results = result_shape if p.multiple_results else (result_shape,)
+    out = [sharding(r, a.ndim) for r, a in zip(roles_out, results)]
+
+    def per_device(*args):
+      ys = p.bind(*args, axes=axes, eps=eps, native=True)
+      if not p.multiple_results:
+        return ys
+      return tuple(lax.psum(y, split_by) if r == "p" and split_by else y
+                   for r, y in zip(roles_out, ys))
+
+    return (mesh, per_device, out if p.multiple_results else out[0],
+            tuple(sharding(r, a.ndim) for r, a in zip(roles_in, arg_shapes)))
+
+  def rule(axes, eps, mesh, operand_types, result_types):
+    n_rows = len(operand_types[0].shape) - len(axes)
+    rows = [f"r{i}" for i in range(n_rows)]
+    feats = [f"d{i}" for i in range(len(axes))]
+    spell = {"x": rows + feats, "p": feats, "s": rows + ["s"]}
+    side = lambda roles: ", ".join(" ".join(spell[r]) for r in roles)
+    return f"{side(roles_in)} -> {side(roles_out)}", {"need_replication_factors": tuple(feats)}
+
+  call.def_partition(partition=partition, sharding_rule=rule)
+  return mlir.lower_fun(lambda *args, axes, eps: call(axes, eps, *args),
+                        multiple_results=p.multiple_results)
+
+
+def _splittable(ctx: mlir.LoweringRuleContext, axes: Axes) -> bool:
+  """A jit's own partitioning (no ``shard_map`` axes: those see one device's
+  data already) of an x with rows to split."""
+  return (getattr(ctx.module_context.axis_context, "manual_axes", None) is None
+          and ctx.avals_in[0].ndim > len(axes))
+
+
 def _primitive(name: str, xla_fn, native_target: str | None,
-               multiple_results: bool) -> Primitive:
+               multiple_results: bool, roles: tuple[str, str] | None = None) -> Primitive:
   p = Primitive(name)
   p.multiple_results = multiple_results
   xla_lowering = mlir.lower_fun(
@@ -262,11 +345,14 @@ def _primitive(name: str, xla_fn, native_target: str | None,
   mlir.register_lowering(p, xla_lowering)
   if native_target is not None:
     native_lowering = jax.ffi.ffi_lowering(native_target)
+    split_lowering = _split_rows(p, *roles)
 
     def cpu_lowering(ctx, *args, axes, eps, native):
-      if (native and _native_ok(ctx.avals_in, axes)
-          and not dispatch.partitioned(ctx)):
-        return native_lowering(ctx, *args, eps=np.float32(eps))
+      if native and _native_ok(ctx.avals_in, axes):
+        if not dispatch.partitioned(ctx):
+          return native_lowering(ctx, *args, eps=np.float32(eps))
+        if split_lowering is not None and _splittable(ctx, axes):
+          return split_lowering(ctx, *args, axes=axes, eps=eps)
       return xla_lowering(ctx, *args, axes=axes, eps=eps, native=native)
 
     mlir.register_lowering(p, cpu_lowering, platform="cpu")
@@ -317,13 +403,16 @@ def primitives(name: str, norm: Norm, native_fwd: str, native_bwd: str
   xla = lambda fn: functools.partial(fn, norm=norm)
   forward_xla = xla(_forward_xla)
   forward_saving_xla = xla(_forward_saving_xla)
-  forward_p = _primitive(name, forward_xla, native_fwd, multiple_results=False)
+  forward_p = _primitive(name, forward_xla, native_fwd, multiple_results=False,
+                         roles=("xpp", "x"))
   forward_saving_p = _primitive(f"{name}_saving", forward_saving_xla,
-                                f"{native_fwd}_saving", multiple_results=True)
+                                f"{native_fwd}_saving", multiple_results=True,
+                                roles=("xpp", "xs"))
   tangent_p = _primitive(f"{name}_tangent", xla(_tangent_xla), None,
                          multiple_results=False)
   backward_p = _primitive(f"{name}_backward", xla(_backward_xla),
-                          f"{native_bwd}_saved", multiple_results=True)
+                          f"{native_bwd}_saved", multiple_results=True,
+                          roles=("xspx", "xpp"))
 
   def saved_aval(x, axes):
     rows = tuple(n for i, n in enumerate(x.shape) if i not in axes)

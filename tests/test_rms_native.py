@@ -338,9 +338,9 @@ def test_a_split_batch_stays_split_and_computes_the_same():
                      capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   r = json.loads(r.stdout.strip().splitlines()[-1])
-  assert r["gathers_8"] == 0 and r["custom_8"] == 0 and r["rel_diff"] < 1e-5
-  if r["native"]:
-    assert r["custom_1"] > 0
+  assert r["gathers_8"] == 0 and r["rel_diff"] < 1e-5
+  if r["native"]:  # the kernels run on one device and on each device's rows of the split
+    assert r["custom_1"] > 0 and r["custom_8"] > 0
 
 
 if __name__ == "__main__":
