@@ -5,7 +5,10 @@ several devices XLA's SPMD partitioner gathers its operands whole onto every
 device and runs it (and much around it) replicated: right, but no longer
 data parallel. The kernels are therefore used only where each call sees one
 device's data: a computation for one device, or the manual (per-device)
-axes of ``shard_map``. Elsewhere the XLA version runs, which XLA partitions.
+axes of ``shard_map``. Elsewhere the XLA version runs, which XLA partitions,
+unless the kernel's lowering supplies its own sharding rule, as layer and
+RMS norm's do (``fused_layer_norm._split_rows``: ``custom_partitioning``
+lowers each device's part with every mesh axis manual).
 
 * ``partitioned(ctx)``: for a lowering rule, whether the computation being
   lowered is split by the partitioner over more than one device.
