@@ -278,7 +278,7 @@ def _split_rows(p: Primitive, roles_in: str, roles_out: str) -> Callable[..., An
   whole. Each device's part is lowered with every mesh axis manual, where
   ``dispatch.partitioned`` is False, so there ``p`` takes its kernels on the
   device's rows; the parameters' gradients (role ``p`` among the results) are
-  summed over the mesh axes that split the rows. Roles, one a operand or
+  summed over the mesh axes that split the rows. Roles, one per operand or
   result: ``x`` rows and normalized axes (x, y, dy, dx), ``p`` normalized
   axes (gain, bias and their gradients), ``s`` rows and a last axis (the
   saved statistics).
