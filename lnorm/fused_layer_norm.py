@@ -299,8 +299,8 @@ def _split_rows(p: Primitive, roles_in: str, roles_out: str) -> Callable[..., An
                      for a in ((s,) if isinstance(s, str) else s))
 
     def sharding(role, ndim):
-      spec = (*rows, *(None,) * (ndim - n_rows)) if role in "xs" else ()
-      return NamedSharding(mesh, PartitionSpec(*spec))
+      dims = (*rows, *(None,) * (ndim - n_rows)) if role in "xs" else ()
+      return NamedSharding(mesh, PartitionSpec(*dims))
 
     results = result_shape if p.multiple_results else (result_shape,)
     out = [sharding(r, a.ndim) for r, a in zip(roles_out, results)]
